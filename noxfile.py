@@ -1,0 +1,63 @@
+"""Developer and CI sessions. ``nox -s tests`` is what CI runs."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+CONSTRAINTS = ("-c", "constraints.txt")
+EXAMPLE_PLUGIN = "tests/plugins/memprobe_example"
+
+
+def _install(session: nox.Session, extras: str) -> None:
+    # torch first and pinned: a looser torch lets pip pick a multi-GB CUDA build.
+    session.install(*CONSTRAINTS, "torch==2.13.0")
+    session.install(*CONSTRAINTS, "-e", f".[{extras}]")
+
+
+@nox.session(python="3.11")
+def tests(session: nox.Session) -> None:
+    """The test suite, with real Ray/RLlib and the example plugin installed."""
+    _install(session, "test,rllib,plot")
+    session.install(*CONSTRAINTS, EXAMPLE_PLUGIN)
+    session.run("pytest", *(session.posargs or ["-q"]))
+
+
+@nox.session(python="3.11")
+def demo(session: nox.Session) -> None:
+    """The main job: PPO on CartPole-v1 with MemoryProbeCallback, printing memory per iteration."""
+    _install(session, "rllib")
+    session.run("python", "-m", "memprobe_rllib.demo", *session.posargs)
+
+
+@nox.session(python="3.11", default=False)
+def lint(session: nox.Session) -> None:
+    """ruff."""
+    session.install("ruff")
+    session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
+
+
+@nox.session(python="3.11", default=False)
+def typecheck(session: nox.Session) -> None:
+    """mypy on the core package."""
+    _install(session, "test")
+    session.install("mypy")
+    session.run("mypy")
+
+
+@nox.session(python="3.11", default=False)
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with mkdocs --strict."""
+    _install(session, "docs,plot")
+    session.run("mkdocs", "build", "--strict", *session.posargs)
+
+
+@nox.session(python="3.11", default=False)
+def benchmarks(session: nox.Session) -> None:
+    """Run the benchmarks (not part of the test run); pass a script name to run one."""
+    _install(session, "test,rllib")
+    scripts = session.posargs or ["benchmarks/run_all.py"]
+    for script in scripts:
+        session.run("python", script)

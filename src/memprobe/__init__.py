@@ -1,0 +1,58 @@
+"""memprobe: pluggable memory probes for Python loops.
+
+>>> import memprobe
+>>> with memprobe.Prober(probes=["process", "gc"]) as prober:
+...     values = prober.sample(step=0)
+>>> "memprobe/process/rss_bytes" in values
+True
+"""
+
+from ._errors import ConfigError
+from ._errors import KeyCollisionError
+from ._errors import MemprobeError
+from ._errors import MemprobeWarning
+from ._errors import MetricValueError
+from ._errors import PluginWarning
+from ._errors import ProbeError
+from ._errors import ProbeFailedWarning
+from ._flatten import SiteMap
+from ._flatten import flatten
+from ._flatten import sanitize_key
+from ._flatten import shorten_path
+from ._plugins import ProbeInfo
+from ._plugins import get_plugin_manager
+from ._prober import DEFAULT_PROBES
+from ._prober import Prober
+from ._prober import Sample
+from ._prober import watch
+from ._sinks import JsonlSink
+from ._sinks import Sink
+from .hookspecs import hookimpl
+from .hookspecs import hookspec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_PROBES",
+    "ConfigError",
+    "JsonlSink",
+    "KeyCollisionError",
+    "MemprobeError",
+    "MemprobeWarning",
+    "MetricValueError",
+    "PluginWarning",
+    "ProbeError",
+    "ProbeFailedWarning",
+    "ProbeInfo",
+    "Prober",
+    "Sample",
+    "Sink",
+    "SiteMap",
+    "flatten",
+    "get_plugin_manager",
+    "hookimpl",
+    "hookspec",
+    "sanitize_key",
+    "shorten_path",
+    "watch",
+]

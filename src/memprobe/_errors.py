@@ -1,0 +1,90 @@
+"""memprobe's exceptions and warnings: one base class, structured attributes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class MemprobeError(Exception):
+    """Base class of every error memprobe raises."""
+
+
+class ConfigError(MemprobeError, ValueError):
+    """An option given to memprobe is wrong.
+
+    ``option`` names the option at fault (for example ``"probes"`` or
+    ``"tracemalloc.top"``), ``message`` says what is wrong with it.
+    """
+
+    def __init__(self, option: str, message: str) -> None:
+        self.option = option
+        self.message = message
+        super().__init__(option, message)
+
+    def __str__(self) -> str:
+        return f"{self.option}: {self.message}"
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.option, self.message))
+
+
+class ProbeError(MemprobeError):
+    """A probe failed: ``probe`` names it, ``message`` says how."""
+
+    def __init__(self, probe: str, message: str) -> None:
+        self.probe = probe
+        self.message = message
+        super().__init__(probe, message)
+
+    def __str__(self) -> str:
+        return f"probe {self.probe!r}: {self.message}"
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.probe, self.message))
+
+
+class MetricValueError(MemprobeError, ValueError):
+    """A metric value is not a finite number: ``key`` names the metric."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.message = message
+        super().__init__(key, message)
+
+    def __str__(self) -> str:
+        return f"metric {self.key!r}: {self.message}"
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.key, self.message))
+
+
+class KeyCollisionError(MemprobeError, ValueError):
+    """Two different inputs sanitize to the same metric key.
+
+    ``key`` is the flat key both would produce; ``sources`` the two original
+    key paths, so the message can name both.
+    """
+
+    def __init__(self, key: str, sources: Sequence[str]) -> None:
+        self.key = key
+        self.sources = tuple(sources)
+        super().__init__(key, self.sources)
+
+    def __str__(self) -> str:
+        a, b = self.sources
+        return f"{a!r} and {b!r} both flatten to the key {self.key!r}"
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.key, self.sources))
+
+
+class MemprobeWarning(UserWarning):
+    """Base class of memprobe's warnings (a probe failed, a plugin would not load)."""
+
+
+class ProbeFailedWarning(MemprobeWarning):
+    """A probe raised, timed out or returned bad values; it was isolated."""
+
+
+class PluginWarning(MemprobeWarning):
+    """A plugin could not be loaded or registered something twice."""

@@ -1,0 +1,242 @@
+"""Flattening nested probe results into stable, sanitized metric keys."""
+
+from __future__ import annotations
+
+import functools
+import math
+import numbers
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Union
+
+from ._errors import KeyCollisionError, MetricValueError
+
+Number = Union[int, float]
+
+#: Characters a key part keeps; everything else (whitespace included) becomes ``_``.
+#: This is the set TensorBoard, MLflow and WandB accept in tag names, plus ``:``
+#: for ``file.py:line`` allocation sites.
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/:]+")
+
+#: How deep a probe's result may nest before it is rejected.
+MAX_DEPTH = 12
+
+OTHER = "other"
+
+
+class SiteMap(dict):  # type: ignore[type-arg]
+    """A mapping whose keys are open-ended names: allocation sites, type names.
+
+    A probe returns one where the set of keys is not fixed in advance. The
+    Prober's key cap (``max_site_keys``) applies to the keys of a SiteMap:
+    the first N distinct ones keep their key for the life of the cap, the
+    rest are summed into ``.../other/...``.
+    """
+
+
+class KeyCap:
+    """Caps the distinct site keys emitted: sticky for the first ``max_keys``."""
+
+    def __init__(self, max_keys: int) -> None:
+        self.max_keys = max_keys
+        self._admitted: set[str] = set()
+
+    def admit(self, key: str) -> bool:
+        """True if ``key`` may be emitted as itself; False if it goes to ``other``."""
+        if key in self._admitted:
+            return True
+        if len(self._admitted) < self.max_keys:
+            self._admitted.add(key)
+            return True
+        return False
+
+    def __len__(self) -> int:
+        return len(self._admitted)
+
+
+@functools.lru_cache(maxsize=8192)
+def sanitize_key(part: str) -> str:
+    """Make one key part safe for metric backends.
+
+    Runs of whitespace and of characters outside ``[A-Za-z0-9_.-/:]`` become one
+    ``_``; leading and trailing separators are dropped; an empty part becomes ``_``.
+    Idempotent: ``sanitize_key(sanitize_key(s)) == sanitize_key(s)``.
+    """
+    out = _UNSAFE.sub("_", part).strip("/")
+    out = re.sub("/{2,}", "/", out)
+    return out or "_"
+
+
+def _site_roots() -> list[tuple[str, str]]:
+    roots: list[str] = []
+    for p in sys.path:
+        if p and ("site-packages" in p or "dist-packages" in p):
+            roots.append(p)
+    for name in ("purelib", "platlib", "stdlib", "platstdlib"):
+        try:
+            roots.append(sysconfig.get_paths()[name])
+        except KeyError:
+            pass
+    out = []
+    for r in roots:
+        r = os.path.normpath(os.path.abspath(r))
+        out.append((r + os.sep, r))
+    # Longest first, so site-packages wins over the stdlib directory above it.
+    out.sort(key=lambda t: len(t[0]), reverse=True)
+    return list(dict.fromkeys(out))
+
+
+@functools.lru_cache(maxsize=8192)
+def shorten_path(filename: str) -> str:
+    """Shorten a source path for use in a key.
+
+    Relative to site-packages (``ray/rllib/env/env_runner.py``), the standard
+    library (``json/decoder.py``) or the working directory (``train.py``);
+    other absolute paths keep their last two components. ``<frozen ...>`` and
+    similar pseudo-files are kept as they are, without the brackets.
+    """
+    if filename.startswith("<"):
+        return filename.strip("<>").replace(" ", "_")
+    path = os.path.normpath(filename)
+    if not os.path.isabs(path):
+        return path.replace(os.sep, "/")
+    candidates = [*_site_roots()]
+    cwd = os.getcwd()
+    candidates.append((cwd + os.sep, cwd))
+    best = ""
+    for with_sep, _ in candidates:
+        if path.startswith(with_sep) and len(with_sep) > len(best):
+            best = with_sep
+    if best:
+        return path[len(best):].replace(os.sep, "/")
+    parts = path.split(os.sep)
+    return "/".join(parts[-2:])
+
+
+def format_site(filename: str, lineno: int) -> str:
+    """``package/file.py:line`` for an allocation site."""
+    return f"{shorten_path(filename)}:{lineno}"
+
+
+def _check_number(key: str, value: Any) -> Number:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise MetricValueError(key, f"value {value!r} is not finite")
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        f = float(value)
+        if not math.isfinite(f):
+            raise MetricValueError(key, f"value {value!r} is not finite")
+        return f
+    raise MetricValueError(
+        key, f"value of type {type(value).__name__} is not a number (int or float)"
+    )
+
+
+def _part(key: Any, where: str) -> str:
+    if isinstance(key, str):
+        return sanitize_key(key)
+    if isinstance(key, int) and not isinstance(key, bool):
+        return str(key)
+    raise MetricValueError(where or "<root>", f"key {key!r} is not a string")
+
+
+def flatten(
+    data: Mapping[str, Any],
+    *,
+    prefix: str = "memprobe",
+    sep: str = "/",
+    key_cap: KeyCap | None = None,
+) -> dict[str, Number]:
+    """Flatten nested probe results into ``{"<prefix>/<probe>/<metric>": number}``.
+
+    Mappings nest by key, sequences by index. Keys are sanitized with
+    :func:`sanitize_key` and sorted at each level, so the output order is
+    deterministic. Values must be finite ``int`` or ``float`` (bools become 0/1).
+
+    :param data: ``{probe_name: result}``, each result a nested mapping.
+    :param prefix: the first key component; ``""`` for none.
+    :param sep: the separator between components.
+    :param key_cap: caps distinct keys under every :class:`SiteMap`.
+    :raises MetricValueError: a value is not a finite number, or a key is not a
+        string; the message names the key.
+    :raises KeyCollisionError: two inputs sanitize to the same key; names both.
+    """
+    out: dict[str, Number] = {}
+    sources: dict[str, str] = {}
+    root = sanitize_key(prefix) if prefix else ""
+    _walk(data, root, "", sep, out, sources, key_cap, 0)
+    return out
+
+
+def _emit(
+    out: dict[str, Number], sources: dict[str, str], key: str, src: str, value: Number
+) -> None:
+    prev = sources.get(key)
+    if prev is not None:
+        raise KeyCollisionError(key, (prev, src))
+    sources[key] = src
+    out[key] = value
+
+
+def _items(node: Any) -> Iterable[tuple[Any, Any]]:
+    if isinstance(node, Mapping):
+        try:
+            return sorted(node.items(), key=lambda kv: str(kv[0]))
+        except Exception:  # keys whose str() fails
+            return list(node.items())
+    return enumerate(node)
+
+
+def _is_container(node: Any) -> bool:
+    return isinstance(node, Mapping) or (
+        isinstance(node, Sequence) and not isinstance(node, (str, bytes, bytearray))
+    )
+
+
+def _walk(
+    node: Any,
+    key: str,
+    src: str,
+    sep: str,
+    out: dict[str, Number],
+    sources: dict[str, str],
+    cap: KeyCap | None,
+    depth: int,
+) -> None:
+    if depth > MAX_DEPTH:
+        raise MetricValueError(src, f"nested deeper than {MAX_DEPTH} levels")
+    capped = cap is not None and isinstance(node, SiteMap)
+    other: dict[str, Number] = {}
+    for k, v in _items(node):
+        part = _part(k, src)
+        child_key = f"{key}{sep}{part}" if key else part
+        child_src = f"{src}{sep}{k}" if src else str(k)
+        if capped and not cap.admit(child_key):  # type: ignore[union-attr]
+            sub: dict[str, Number] = {}
+            _walk({"": v} if not _is_container(v) else v, "", child_src, sep, sub, {}, None,
+                  depth + 1)
+            for rel, val in sub.items():
+                other[rel] = other.get(rel, 0) + val
+            continue
+        if _is_container(v):
+            _walk(v, child_key, child_src, sep, out, sources, cap, depth + 1)
+        else:
+            _emit(out, sources, child_key, child_src, _check_number(child_src, v))
+    if other:
+        base = f"{key}{sep}{OTHER}" if key else OTHER
+        for rel, val in other.items():
+            k2 = f"{base}{sep}{rel}" if rel and rel != "_" else base
+            if k2 in out:  # a real site literally named "other": add to it
+                out[k2] += val
+            else:
+                _emit(out, sources, k2, f"{src}{sep}{OTHER}", val)

@@ -1,0 +1,153 @@
+"""The plugin manager: built-in probes and entry-point plugins, one path for both."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import os
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from ._errors import ConfigError, PluginWarning
+
+#: The entry-point group third-party plugins declare.
+ENTRY_POINT_GROUP = "memprobe"
+#: Comma-separated plugin names that are not loaded (built-in or entry point).
+DISABLE_ENV = "MEMPROBE_DISABLE_PLUGINS"
+
+_BUILTINS = {
+    "process": "memprobe.probes.process",
+    "gc": "memprobe.probes.gc",
+    "tracemalloc": "memprobe.probes.tracemalloc",
+    "objects": "memprobe.probes.objects",
+}
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    """A registered probe: its name, its factory and the plugin that registered it."""
+
+    name: str
+    factory: Callable[..., Any]
+    plugin: str
+
+    @property
+    def doc(self) -> str:
+        """The first line of the factory's docstring."""
+        return ((self.factory.__doc__ or "").strip().splitlines() or [""])[0]
+
+    @property
+    def metrics(self) -> dict[str, str]:
+        """The metrics the probe documents (``metrics`` class attribute), key to description."""
+        return dict(getattr(self.factory, "metrics", {}) or {})
+
+
+def _disabled(extra: Iterable[str] | None) -> set[str]:
+    names = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+    return names | set(extra or ())
+
+
+def get_plugin_manager(
+    *, load_entrypoints: bool = True, disable: Iterable[str] | None = None
+) -> pluggy.PluginManager:
+    """A fresh plugin manager with the built-in probes and, by default, entry-point plugins.
+
+    :param load_entrypoints: load plugins from the entry-point group ``memprobe``.
+    :param disable: plugin names to skip, added to those in ``MEMPROBE_DISABLE_PLUGINS``.
+
+    A plugin that fails to import, or whose entry point names something else
+    than a module or object, is reported once with a :class:`PluginWarning`
+    naming its distribution; the others still load.
+    """
+    pm = pluggy.PluginManager("memprobe")
+    pm.add_hookspecs(hookspecs)
+    skip = _disabled(disable)
+    for name, modname in _BUILTINS.items():
+        if name not in skip:
+            pm.register(importlib.import_module(modname), name=name)
+    if load_entrypoints:
+        _load_entrypoints(pm, skip)
+    return pm
+
+
+def _load_entrypoints(pm: pluggy.PluginManager, skip: set[str]) -> None:
+    seen: set[tuple[str, str]] = set()
+    for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(getattr(ep, "dist", None), "name", None) or "<unknown distribution>"
+        if (ep.name, ep.value) in seen:  # the same dist found twice on sys.path
+            continue
+        seen.add((ep.name, ep.value))
+        if ep.name in skip:
+            continue
+        if pm.has_plugin(ep.name) or pm.get_plugin(ep.name) is not None:
+            warnings.warn(
+                f"memprobe plugin {ep.name!r} from distribution {dist!r} was not loaded: "
+                f"a plugin of that name is already registered",
+                PluginWarning,
+                stacklevel=2,
+            )
+            continue
+        try:
+            plugin = ep.load()
+            pm.register(plugin, name=ep.name)
+        except Exception as exc:
+            warnings.warn(
+                f"memprobe plugin {ep.name!r} ({ep.value}) from distribution {dist!r} "
+                f"could not be loaded: {type(exc).__name__}: {exc}",
+                PluginWarning,
+                stacklevel=2,
+            )
+
+
+def collect_probes(pm: pluggy.PluginManager) -> dict[str, ProbeInfo]:
+    """Call every plugin's ``memprobe_register_probes`` and return the registry.
+
+    A probe name registered twice keeps the first registration; the second is
+    reported with a :class:`PluginWarning` naming both plugins. A plugin
+    whose hook raises is reported and skipped.
+    """
+    registry: dict[str, ProbeInfo] = {}
+    for impl in pm.hook.memprobe_register_probes.get_hookimpls():  # registration order
+        plugin_name = impl.plugin_name
+
+        def register(name: str, factory: Callable[..., Any], _plugin: str = plugin_name) -> None:
+            if not isinstance(name, str) or not name:
+                raise ConfigError("register", f"probe name must be a non-empty str, got {name!r}")
+            if not callable(factory):
+                raise ConfigError(name, f"probe factory {factory!r} is not callable")
+            if name in registry:
+                warnings.warn(
+                    f"probe {name!r} registered by plugin {_plugin!r} is ignored: "
+                    f"plugin {registry[name].plugin!r} registered it first",
+                    PluginWarning,
+                    stacklevel=2,
+                )
+                return
+            registry[name] = ProbeInfo(name, factory, _plugin)
+
+        try:
+            impl.function(register=register)
+        except Exception as exc:
+            warnings.warn(
+                f"memprobe plugin {plugin_name!r} failed in memprobe_register_probes: "
+                f"{type(exc).__name__}: {exc}",
+                PluginWarning,
+                stacklevel=2,
+            )
+    return registry
+
+
+def unknown_probe_error(name: str, known: Iterable[str]) -> ConfigError:
+    """A ConfigError for an unknown probe name, with close-match suggestions."""
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return ConfigError(
+        "probes", f"unknown probe {name!r}{hint} (installed: {', '.join(known)})"
+    )

@@ -1,0 +1,507 @@
+"""The Prober: runs probes around a loop, on a schedule and an overhead budget."""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+import traceback
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pluggy
+
+from ._errors import ConfigError, MetricValueError, ProbeFailedWarning
+from ._flatten import KeyCap, Number, _check_number, flatten, sanitize_key
+from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
+from ._sinks import JsonlSink, Sink
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The probes a Prober runs when none are named: cheap enough to leave on.
+DEFAULT_PROBES = ("process", "gc")
+#: Options every probe accepts in ``probes={name: {...}}``, handled by the Prober.
+SCHEDULE_OPTIONS = ("every", "interval_seconds")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample: when (unix seconds), at which step, in which process, the flat values."""
+
+    time_seconds: float
+    step: int | None
+    pid: int
+    values: dict[str, Number]
+
+
+def _check_int(option: str, value: Any, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(option, f"must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def _check_seconds(option: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ConfigError(option, f"must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+class _Slot:
+    """A probe in a Prober, with its schedule, its cost and its failures."""
+
+    __slots__ = (
+        "consecutive_failures",
+        "cost_seconds",
+        "disabled",
+        "errors_count",
+        "every",
+        "factory_name",
+        "interval_seconds",
+        "last_call",
+        "last_time",
+        "name",
+        "probe",
+        "started",
+        "warned",
+    )
+
+    def __init__(self, name: str, probe: Any, every: int, interval_seconds: float) -> None:
+        self.name = name
+        self.probe = probe
+        self.every = every
+        self.interval_seconds = interval_seconds
+        self.last_call = -(10**18)
+        self.last_time = float("-inf")
+        self.cost_seconds = 0.0
+        self.errors_count = 0
+        self.consecutive_failures = 0
+        self.disabled = False
+        self.started = False
+        self.warned = False
+
+
+def parse_probes(
+    probes: Iterable[str] | Mapping[str, Mapping[str, Any] | None] | None,
+) -> dict[str, dict[str, Any]]:
+    """Normalize ``probes=`` to ``{name: options}``; raises ConfigError on a bad shape."""
+    if probes is None:
+        return {name: {} for name in DEFAULT_PROBES}
+    if isinstance(probes, str):
+        raise ConfigError("probes", f"must be a list of names or a mapping, got the str {probes!r}")
+    out: dict[str, dict[str, Any]] = {}
+    if isinstance(probes, Mapping):
+        for name, opts in probes.items():
+            if not isinstance(name, str):
+                raise ConfigError("probes", f"probe names must be str, got {name!r}")
+            if opts is None:
+                opts = {}
+            if not isinstance(opts, Mapping):
+                raise ConfigError(f"probes.{name}", f"options must be a mapping, got {opts!r}")
+            for k in opts:
+                if not isinstance(k, str):
+                    raise ConfigError(f"probes.{name}", f"option names must be str, got {k!r}")
+            out[name] = dict(opts)
+        return out
+    try:
+        names = list(probes)
+    except TypeError:
+        raise ConfigError(
+            "probes", f"must be a list of names or a mapping, got {probes!r}"
+        ) from None
+    for name in names:
+        if not isinstance(name, str):
+            raise ConfigError("probes", f"probe names must be str, got {name!r}")
+        if name in out:
+            raise ConfigError("probes", f"probe {name!r} is named twice")
+        out[name] = {}
+    return out
+
+
+def build_probe(info: ProbeInfo, options: Mapping[str, Any]) -> Any:
+    """Call a probe's factory with its options, turning a bad option into ConfigError."""
+    try:
+        probe = info.factory(**options)
+    except ConfigError:
+        raise
+    except TypeError as exc:
+        raise ConfigError(f"probes.{info.name}", f"bad options {dict(options)!r}: {exc}") from exc
+    for method in ("start", "sample", "stop"):
+        if not callable(getattr(probe, method, None)):
+            raise ConfigError(
+                f"probes.{info.name}",
+                f"the probe from plugin {info.plugin!r} has no {method}() method",
+            )
+    return probe
+
+
+class Prober:
+    """Runs memory probes around any Python loop.
+
+    >>> with Prober(probes=["process", "gc"]) as prober:
+    ...     for i in range(3):
+    ...         values = prober.sample(step=i)
+    >>> values["memprobe/process/rss_bytes"] > 0
+    True
+
+    :param probes: probe names, or ``{name: options}``. Besides its own options
+        each probe takes ``every`` and ``interval_seconds``. Default: process and gc.
+    :param every: a probe runs at most once per this many ``sample()`` calls.
+    :param interval_seconds: and at most once per this many seconds.
+    :param budget: the fraction of wall time all probes together may take
+        (e.g. ``0.01``); costly probes are spaced out to stay under it.
+    :param history: how many samples ``history`` keeps (a ring buffer).
+    :param max_failures: a probe that fails this many times in a row is disabled.
+    :param sink: a path (a JSONL file; ``{pid}`` is replaced) or a :class:`Sink`.
+    :param tags: extra fields for each JSONL line, e.g. ``{"env_runner": 1}``.
+    :param prefix: the first component of every key.
+    :param max_site_keys: distinct allocation-site / type keys ever emitted;
+        the rest are summed into ``.../other``.
+    :param load_entrypoints: load third-party probes from the ``memprobe`` entry points.
+    :param plugin_manager: use this plugin manager instead of a new one.
+    """
+
+    def __init__(
+        self,
+        probes: Iterable[str] | Mapping[str, Mapping[str, Any] | None] | None = None,
+        *,
+        every: int = 1,
+        interval_seconds: float = 0.0,
+        budget: float | None = None,
+        history: int = 1000,
+        max_failures: int = 3,
+        sink: str | os.PathLike[str] | Sink | None = None,
+        tags: Mapping[str, Any] | None = None,
+        prefix: str = "memprobe",
+        max_site_keys: int = 100,
+        load_entrypoints: bool = True,
+        plugin_manager: pluggy.PluginManager | None = None,
+    ) -> None:
+        self.every = _check_int("every", every, 1)
+        self.interval_seconds = _check_seconds("interval_seconds", interval_seconds)
+        if budget is not None and (
+            isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1
+        ):
+            raise ConfigError("budget", f"must be a fraction in (0, 1], got {budget!r}")
+        self.budget = None if budget is None else float(budget)
+        _check_int("history", history, 1)
+        self.max_failures = _check_int("max_failures", max_failures, 1)
+        _check_int("max_site_keys", max_site_keys, 0)
+        if not isinstance(prefix, str):
+            raise ConfigError("prefix", f"must be a str, got {prefix!r}")
+        self.prefix = prefix
+        self._pm = plugin_manager or get_plugin_manager(load_entrypoints=load_entrypoints)
+        self.registry = collect_probes(self._pm)
+        spec = parse_probes(probes)
+        self._slots: list[_Slot] = []
+        for name, opts in spec.items():
+            info = self.registry.get(name)
+            if info is None:
+                raise unknown_probe_error(name, self.registry)
+            opts = dict(opts)
+            p_every = _check_int(f"probes.{name}.every", opts.pop("every", self.every), 1)
+            p_interval = _check_seconds(
+                f"probes.{name}.interval_seconds",
+                opts.pop("interval_seconds", self.interval_seconds),
+            )
+            self._slots.append(_Slot(name, build_probe(info, opts), p_every, p_interval))
+        if sink is None or hasattr(sink, "write"):
+            self.sink: Sink | None = sink  # type: ignore[assignment]
+        elif isinstance(sink, (str, os.PathLike)):
+            self.sink = JsonlSink(sink, tags=tags)
+        else:
+            raise ConfigError("sink", f"must be a path or an object with write(), got {sink!r}")
+        self.history: deque[Sample] = deque(maxlen=history)
+        self.key_cap = KeyCap(max_site_keys)
+        self._lock = threading.RLock()
+        self._calls = 0
+        self._started = False
+        self._t_start = 0.0
+        self._probe_seconds_total = 0.0
+        self._prefix_s = sanitize_key(prefix) + "/" if prefix else ""
+        self._hook_errors: dict[str, int] = {}
+        self._derive_hooks = False
+        self._end_hooks = False
+
+    # -- names ----------------------------------------------------------------
+    @property
+    def probe_names(self) -> list[str]:
+        """The names of this Prober's probes, in order."""
+        return [s.name for s in self._slots]
+
+    def probe(self, name: str) -> Any:
+        """The probe object named ``name``."""
+        for s in self._slots:
+            if s.name == name:
+                return s.probe
+        raise unknown_probe_error(name, self.probe_names)
+
+    # -- lifecycle --------------------------------------------------------------
+    def start(self) -> Prober:
+        """Start every probe (a probe that fails to start is counted and disabled)."""
+        with self._lock:
+            if self._started:
+                return self
+            self._started = True
+            self._t_start = time.perf_counter()
+            self._derive_hooks = bool(self._pm.hook.memprobe_sample_flattened.get_hookimpls())
+            self._end_hooks = bool(self._pm.hook.memprobe_sample_end.get_hookimpls())
+            for slot in self._slots:
+                self._start_slot(slot)
+        return self
+
+    def _start_slot(self, slot: _Slot) -> None:
+        try:
+            slot.probe.start()
+            slot.started = True
+        except Exception as exc:
+            self._fail(slot, exc, "start", fatal=True)
+
+    def stop(self) -> None:
+        """Stop every probe and close the sink. Safe to call twice."""
+        with self._lock:
+            if not self._started:
+                return
+            self._started = False
+            for slot in self._slots:
+                if slot.started:
+                    slot.started = False
+                    try:
+                        slot.probe.stop()
+                    except Exception as exc:
+                        self._fail(slot, exc, "stop")
+            if self.sink is not None:
+                try:
+                    self.sink.close()
+                except Exception as exc:  # a user's sink
+                    warnings.warn(f"memprobe: closing the sink failed: {exc!r}",
+                                  ProbeFailedWarning, stacklevel=2)
+
+    def __enter__(self) -> Prober:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __call__(self, fn: F) -> F:
+        """Use the Prober as a decorator: one sample after each call of ``fn``."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            self.start()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.sample()
+
+        wrapper.prober = self  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError(
+            "a memprobe.Prober is not picklable; build one in the process that samples "
+            "(memprobe_rllib.MemoryProbeCallback does this for each EnvRunner)"
+        )
+
+    # -- failures ---------------------------------------------------------------
+    def _fail(self, slot: _Slot, exc: BaseException, where: str, fatal: bool = False) -> None:
+        slot.errors_count += 1
+        slot.consecutive_failures += 1
+        disable = fatal or slot.consecutive_failures >= self.max_failures
+        if disable:
+            slot.disabled = True
+        if not slot.warned or disable:
+            slot.warned = True
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            then = (
+                "it is disabled" if disable
+                else f"it is disabled after {self.max_failures} failures in a row"
+            )
+            warnings.warn(
+                f"memprobe probe {slot.name!r} failed in {where}(): {type(exc).__name__}: {exc}; "
+                f"counted in {self._prefix_s}errors/{slot.name}, {then}.\n{tb}",
+                ProbeFailedWarning,
+                stacklevel=4,
+            )
+
+    # -- sampling ---------------------------------------------------------------
+    def _due(self, slot: _Slot, now: float) -> bool:
+        if slot.disabled:
+            return False
+        if self._calls - slot.last_call < slot.every:
+            return False
+        since = now - slot.last_time
+        if since < slot.interval_seconds:
+            return False
+        if self.budget is not None and slot.cost_seconds:
+            share = self.budget / len(self._slots)
+            if since < slot.cost_seconds / share:
+                return False
+        return True
+
+    def sample(self, step: int | None = None, *, force: bool = False) -> dict[str, Number]:
+        """Run the probes that are due and return this sample's flat values.
+
+        :param step: the caller's step (iteration, episode); stored with the sample.
+        :param force: run every enabled probe, due or not.
+        :returns: ``{"memprobe/<probe>/<metric>": number}`` for the probes that
+            ran, plus ``memprobe/errors/<probe>`` for probes that have failed and
+            ``memprobe/overhead/...``. Empty when no probe was due.
+
+        Never raises because of a probe: a failing probe is counted, warned
+        about once and disabled after ``max_failures`` failures in a row.
+        """
+        with self._lock:
+            if not self._started:
+                self.start()
+            t0 = time.perf_counter()
+            self._calls += 1
+            results: dict[str, Any] = {}
+            ran: list[tuple[_Slot, float]] = []
+            for slot in self._slots:
+                if not (force and not slot.disabled) and not self._due(slot, t0):
+                    continue
+                t1 = time.perf_counter()
+                try:
+                    if not slot.started:
+                        slot.probe.start()
+                        slot.started = True
+                    res = slot.probe.sample()
+                    if not isinstance(res, Mapping):
+                        raise MetricValueError(
+                            slot.name, f"sample() returned {type(res).__name__}, not a mapping"
+                        )
+                    flat = flatten({slot.name: res}, prefix=self.prefix, key_cap=self.key_cap)
+                except Exception as exc:
+                    self._fail(slot, exc, "sample")
+                    flat = None
+                t2 = time.perf_counter()
+                cost = t2 - t1
+                slot.cost_seconds = cost if not slot.cost_seconds else (
+                    0.8 * slot.cost_seconds + 0.2 * cost
+                )
+                slot.last_call = self._calls
+                slot.last_time = t2
+                self._probe_seconds_total += cost
+                if flat is not None:
+                    slot.consecutive_failures = 0
+                    results.update(flat)
+                    ran.append((slot, cost))
+            if not ran and not force:
+                return {}
+            values = results
+            p = self._prefix_s
+            for slot in self._slots:
+                if slot.errors_count:
+                    values[f"{p}errors/{slot.name}"] = slot.errors_count
+            for name, n in self._hook_errors.items():
+                values[f"{p}errors/{name}"] = n
+            for slot, cost in ran:
+                values[f"{p}overhead/{slot.name}_seconds"] = cost
+            if self._derive_hooks:
+                self._derive(values)
+            t3 = time.perf_counter()
+            wall = t3 - self._t_start
+            values[f"{p}overhead/sample_seconds"] = t3 - t0
+            values[f"{p}overhead/fraction"] = (
+                self._probe_seconds_total / wall if wall > 0 else 0.0
+            )
+            sample = Sample(time.time(), step, os.getpid(), values)
+            self.history.append(sample)
+            if self.sink is not None:
+                self.sink.write(sample)
+            if self._end_hooks:
+                self._end(sample)
+            return values
+
+    def _hook_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
+        first = plugin not in self._hook_errors
+        self._hook_errors[plugin] = self._hook_errors.get(plugin, 0) + 1
+        if first:
+            warnings.warn(
+                f"memprobe plugin {plugin!r} failed in {hook}: {type(exc).__name__}: {exc}; "
+                f"counted in {self._prefix_s}errors/{plugin}",
+                ProbeFailedWarning,
+                stacklevel=4,
+            )
+
+    def _derive(self, values: dict[str, Number]) -> None:
+        for impl in self._pm.hook.memprobe_sample_flattened.get_hookimpls():
+            try:
+                extra = impl.function(values=dict(values), prober=self)
+                if extra is None:
+                    continue
+                if not isinstance(extra, Mapping):
+                    raise MetricValueError(impl.plugin_name, "returned a non-mapping")
+                checked = {}
+                for k, v in extra.items():
+                    if not isinstance(k, str):
+                        raise MetricValueError(repr(k), "derived metric key is not a str")
+                    if k in values:
+                        raise MetricValueError(k, "derived metric would overwrite a probe's metric")
+                    checked[k] = _check_number(k, v)
+                values.update(checked)
+            except Exception as exc:
+                self._hook_failed(impl.plugin_name, "memprobe_sample_flattened", exc)
+
+    def _end(self, sample: Sample) -> None:
+        for impl in self._pm.hook.memprobe_sample_end.get_hookimpls():
+            try:
+                impl.function(sample=sample, prober=self)
+            except Exception as exc:
+                self._hook_failed(impl.plugin_name, "memprobe_sample_end", exc)
+
+    # -- reading back -----------------------------------------------------------
+    def series(self, key: str) -> tuple[list[float], list[float]]:
+        """``(x, y)`` for one metric over ``history``; x is the step, or the sample index."""
+        xs: list[float] = []
+        ys: list[float] = []
+        with self._lock:
+            for i, s in enumerate(self.history):
+                v = s.values.get(key)
+                if v is not None:
+                    xs.append(float(s.step if s.step is not None else i))
+                    ys.append(float(v))
+        return xs, ys
+
+    @property
+    def latest(self) -> dict[str, Number]:
+        """The most recent value of every metric in ``history``."""
+        out: dict[str, Number] = {}
+        with self._lock:
+            for s in self.history:
+                out.update(s.values)
+        return out
+
+
+class Watch:
+    """Iterates over ``iterable`` and samples after each item: ``memprobe.watch``."""
+
+    def __init__(self, iterable: Iterable[Any], prober: Prober) -> None:
+        self._iterable = iterable
+        self.prober = prober
+
+    def __iter__(self) -> Any:
+        with self.prober:
+            for i, item in enumerate(self._iterable):
+                yield item
+                self.prober.sample(step=i)
+
+
+def watch(
+    iterable: Iterable[Any],
+    probes: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None = None,
+    *,
+    every: int = 1,
+    **options: Any,
+) -> Watch:
+    """Wrap an iterable so probes sample after every ``every`` items.
+
+    ``for batch in memprobe.watch(loader, probes=["process"], every=10): ...``;
+    the Prober is ``.prober`` of the returned object (its ``history`` holds
+    the samples). Other keyword options go to :class:`Prober`.
+    """
+    return Watch(iterable, Prober(probes, every=every, **options))

@@ -1,0 +1,82 @@
+"""Every hook a memprobe plugin can implement.
+
+A plugin is a module or object with functions marked ``@memprobe.hookimpl``
+whose names are among the hooks below. It is found through the entry-point
+group ``memprobe``::
+
+    [project.entry-points.memprobe]
+    myprobe = "my_package.plugin"
+
+The reference documentation (``docs/plugins.md``) is checked against this
+module by a test, so the docstrings here are the documentation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ._prober import Prober, Sample
+
+hookspec = pluggy.HookspecMarker("memprobe")
+hookimpl = pluggy.HookimplMarker("memprobe")
+
+# -------------------------------------------------------------------------
+# registering probes
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def memprobe_register_probes(register: Callable[..., None]) -> None:
+    """Register the probes this plugin contributes.
+
+    Call ``register(name, factory)`` once per probe. ``factory(**options)``
+    must return an object with ``start()``, ``sample() -> Mapping`` and
+    ``stop()``; the options are those the user gives for this probe name in
+    ``Prober(probes={name: {...}})``.
+
+    :param register: the function to call, ``register(name: str, factory)``.
+    :returns: nothing; what counts is what was registered.
+
+    Called once for each plugin when a :class:`memprobe.Prober` (or
+    ``memprobe probes``) first needs the probe registry.
+    """
+
+
+# -------------------------------------------------------------------------
+# around a sample
+# -------------------------------------------------------------------------
+
+
+@hookspec
+def memprobe_sample_flattened(
+    values: Mapping[str, float], prober: Prober
+) -> Mapping[str, Any] | None:
+    """Derive extra metrics from a flattened sample.
+
+    :param values: the flat metrics of this sample, ``{"memprobe/process/rss_bytes": ...}``.
+        Read only: add metrics by returning them.
+    :param prober: the :class:`memprobe.Prober` that took the sample.
+    :returns: ``None``, or a mapping of flat keys to finite numbers to merge
+        into the sample. Keys must not overwrite existing ones.
+
+    Called after every sample in which at least one probe ran, after the
+    probes' results were flattened and before the sample is stored or written.
+    """
+
+
+@hookspec
+def memprobe_sample_end(sample: Sample, prober: Prober) -> None:
+    """Export or observe a finished sample.
+
+    :param sample: the finished :class:`memprobe.Sample` (time, step, pid, values).
+    :param prober: the :class:`memprobe.Prober` that took it.
+    :returns: nothing.
+
+    Called after each sample is stored in ``prober.history`` and written to
+    the sink. An exception here is counted under ``memprobe/errors/<plugin>``
+    and does not reach the caller.
+    """

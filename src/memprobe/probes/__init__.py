@@ -1,0 +1,1 @@
+"""Built-in probes, one module each, each registered as an ordinary plugin."""

@@ -1,0 +1,88 @@
+"""``gc``: the cyclic garbage collector's counts, statistics and time spent."""
+
+from __future__ import annotations
+
+import gc
+import time
+from typing import Any
+
+from .._errors import ConfigError
+from ..hookspecs import hookimpl
+
+
+class GcProbe:
+    """Per-generation object counts and collection statistics, garbage, collection time.
+
+    Costs about 2 µs. It never forces a collection unless ``collect=True``.
+    Collection time comes from a ``gc.callbacks`` hook installed by ``start()``
+    and removed by ``stop()``.
+    """
+
+    metrics = {
+        "gen<N>/count": "objects allocated since generation N's last collection (gc.get_count), count",
+        "gen<N>/collections_count": "collections of generation N since start of the process, count",
+        "gen<N>/collected_count": "objects collected in generation N, count",
+        "gen<N>/uncollectable_count": "uncollectable objects found in generation N, count",
+        "garbage_count": "len(gc.garbage), count",
+        "collection_seconds": "time spent in collections since the previous sample, seconds",
+        "collection_seconds_total": "time spent in collections since the probe started, seconds",
+        "collected_now_count": "objects freed by the forced collection (collect=True), count",
+    }
+
+    def __init__(self, *, collect: bool = False) -> None:
+        if not isinstance(collect, bool):
+            raise ConfigError("gc.collect", f"must be a bool, got {collect!r}")
+        self.collect = collect
+        self._t0 = 0.0
+        self._spent = 0.0
+        self._spent_reported = 0.0
+        self._installed = False
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0:
+            self._spent += time.perf_counter() - self._t0
+            self._t0 = 0.0
+
+    def start(self) -> None:
+        if not self._installed:
+            gc.callbacks.append(self._callback)
+            self._installed = True
+
+    def stop(self) -> None:
+        if self._installed:
+            try:
+                gc.callbacks.remove(self._callback)
+            except ValueError:
+                pass
+            self._installed = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_installed"] = False
+        return state
+
+    def sample(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.collect:
+            out["collected_now_count"] = gc.collect()
+        counts = gc.get_count()
+        for i, st in enumerate(gc.get_stats()):
+            out[f"gen{i}"] = {
+                "count": counts[i] if i < len(counts) else 0,
+                "collections_count": st.get("collections", 0),
+                "collected_count": st.get("collected", 0),
+                "uncollectable_count": st.get("uncollectable", 0),
+            }
+        out["garbage_count"] = len(gc.garbage)
+        spent = self._spent
+        out["collection_seconds"] = spent - self._spent_reported
+        out["collection_seconds_total"] = spent
+        self._spent_reported = spent
+        return out
+
+
+@hookimpl
+def memprobe_register_probes(register: Any) -> None:
+    register("gc", GcProbe)

@@ -1,0 +1,142 @@
+"""``process``: this process's memory, file descriptors and threads."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from .._errors import ConfigError
+from ..hookspecs import hookimpl
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class ProcessProbe:
+    """Process memory (RSS, VMS, shared, data), open file descriptors and threads.
+
+    On Linux it reads ``/proc/self/statm`` and ``/proc/self/stat`` through kept
+    file descriptors (about 2 µs each); elsewhere it uses one reused
+    ``psutil.Process``. ``full=True`` adds USS/PSS/swap from
+    ``memory_full_info()``, which reads smaps and costs 0.2–3 ms.
+    """
+
+    metrics = {
+        "rss_bytes": "resident set size, bytes",
+        "vms_bytes": "virtual memory size, bytes",
+        "shared_bytes": "resident shared pages (file-backed), bytes (Linux)",
+        "data_bytes": "data + stack segment, bytes (Linux)",
+        "num_fds": "open file descriptors, count (POSIX)",
+        "num_threads": "OS threads of this process, count",
+        "uss_bytes": "unique set size, bytes (full=True)",
+        "pss_bytes": "proportional set size, bytes (full=True, Linux)",
+        "swap_bytes": "swapped out, bytes (full=True, Linux)",
+    }
+
+    def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None) -> None:
+        if not isinstance(full, bool):
+            raise ConfigError("process.full", f"must be a bool, got {full!r}")
+        if not isinstance(fds, bool):
+            raise ConfigError("process.fds", f"must be a bool, got {fds!r}")
+        if pid is not None and (not isinstance(pid, int) or pid <= 0):
+            raise ConfigError("process.pid", f"must be a positive int, got {pid!r}")
+        self.full = full
+        self.fds = fds
+        self.pid = pid
+        self._proc: Any = None
+        self._statm = -1
+        self._stat = -1
+        self._opened_in = -1
+        self._fd_dir = ""
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> None:
+        self._open()
+
+    def stop(self) -> None:
+        self._close()
+
+    def _open(self) -> None:
+        self._close()
+        pid = self.pid or os.getpid()
+        base = f"/proc/{pid}"
+        if sys.platform.startswith("linux") and os.path.exists(f"{base}/statm"):
+            self._statm = os.open(f"{base}/statm", os.O_RDONLY)
+            self._stat = os.open(f"{base}/stat", os.O_RDONLY)
+            self._fd_dir = f"{base}/fd"
+        if self._statm < 0 or self.full or not self.fds:
+            import psutil
+
+            self._proc = psutil.Process(pid)
+        self._opened_in = os.getpid()
+
+    def _close(self) -> None:
+        for fd in (self._statm, self._stat):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._statm = self._stat = -1
+        self._proc = None
+
+    def __del__(self) -> None:
+        self._close()
+
+    def __getstate__(self) -> dict[str, Any]:  # kept fds and psutil objects do not pickle
+        state = self.__dict__.copy()
+        state.update(_proc=None, _statm=-1, _stat=-1, _opened_in=-1)
+        return state
+
+    # -- sampling ----------------------------------------------------------
+    def sample(self) -> dict[str, int]:
+        if self._opened_in != os.getpid():  # started lazily, or forked since
+            self._opened_in = -1
+            self._statm = self._stat = -1  # the parent's fds: do not close them
+            self._open()
+        if self._statm >= 0:
+            out = self._sample_proc()
+        else:
+            out = self._sample_psutil()
+        if self.full:
+            info = self._proc.memory_full_info()
+            out["uss_bytes"] = info.uss
+            if hasattr(info, "pss"):
+                out["pss_bytes"] = info.pss
+                out["swap_bytes"] = info.swap
+        return out
+
+    def _sample_proc(self) -> dict[str, int]:
+        f = os.pread(self._statm, 256, 0).split()
+        # statm: size resident shared text lib data dt, in pages
+        out = {
+            "rss_bytes": int(f[1]) * _PAGE,
+            "vms_bytes": int(f[0]) * _PAGE,
+            "shared_bytes": int(f[2]) * _PAGE,
+            "data_bytes": int(f[5]) * _PAGE,
+        }
+        stat = os.pread(self._stat, 1024, 0)
+        # fields after the command name, which is in parentheses and may contain spaces
+        rest = stat[stat.rindex(b")") + 2 :].split()
+        out["num_threads"] = int(rest[17])
+        if self.fds:
+            out["num_fds"] = len(os.listdir(self._fd_dir))
+        return out
+
+    def _sample_psutil(self) -> dict[str, int]:
+        p = self._proc
+        with p.oneshot():
+            mi = p.memory_info()
+            out = {"rss_bytes": mi.rss, "vms_bytes": mi.vms}
+            for name in ("shared", "data"):
+                if hasattr(mi, name):
+                    out[f"{name}_bytes"] = getattr(mi, name)
+            out["num_threads"] = p.num_threads()
+            if self.fds and hasattr(p, "num_fds"):
+                out["num_fds"] = p.num_fds()
+        return out
+
+
+@hookimpl
+def memprobe_register_probes(register: Any) -> None:
+    register("process", ProcessProbe)
