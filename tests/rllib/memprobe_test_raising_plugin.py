@@ -1,0 +1,21 @@
+"""A memprobe plugin whose probe raises at every sample (imported by the RLlib tests' EnvRunners)."""
+
+import memprobe
+
+
+class RaisingProbe:
+    """Always fails in sample()."""
+
+    def start(self):
+        pass
+
+    def sample(self):
+        raise RuntimeError("this probe always fails")
+
+    def stop(self):
+        pass
+
+
+@memprobe.hookimpl
+def memprobe_register_probes(register):
+    register("raising", RaisingProbe)

@@ -1,0 +1,133 @@
+"""MemoryProbeCallback with real Ray and real RLlib (PPO on CartPole-v1)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+pytest.importorskip("ray.rllib")
+
+import memprobe  # noqa: E402
+from memprobe_rllib import MemoryProbeCallback, episode_end_callback  # noqa: E402
+
+pytestmark = pytest.mark.rllib
+RSS = "memprobe/process/rss_bytes"
+COUNTER = "memprobe/gc/gen0/collections_count"
+
+
+def ppo_config(num_env_runners, callbacks=MemoryProbeCallback, old_stack=False, **cb):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=num_env_runners)
+        .training(train_batch_size=256, minibatch_size=64, num_epochs=1)
+        .debugging(log_level="ERROR")
+    )
+    if old_stack:
+        config = config.api_stack(
+            enable_rl_module_and_learner=False, enable_env_runner_and_connector_v2=False
+        )
+    if callbacks is not None:
+        config = config.callbacks(callbacks, **cb)
+    elif cb:
+        config = config.callbacks(**cb)
+    return config
+
+
+def train(config, iterations=2):
+    algo = config.build_algo()
+    try:
+        return [algo.train() for _ in range(iterations)]
+    finally:
+        algo.stop()
+
+
+@pytest.mark.parametrize("num_env_runners", [0, 1])
+def test_new_stack_metrics_land_in_results(ray_session, num_env_runners, tmp_path):
+    cls = MemoryProbeCallback.configure(jsonl=str(tmp_path))
+    ray_session.put(ppo_config(num_env_runners, cls))  # picklable for remote EnvRunners
+    results = train(ppo_config(num_env_runners, cls))
+    counters = []
+    for r in results:
+        er = r["env_runners"]
+        assert er[RSS] > 10 * 2**20
+        assert er[RSS + "_max"] >= er[RSS] * 0.999
+        assert er["memprobe/process/num_fds"] > 0
+        counters.append(er[COUNTER])
+        assert r["memprobe/driver/process/rss_bytes"] > 10 * 2**20
+        assert "memprobe/driver/gc/gen0/count" in r
+    assert counters == sorted(counters) and counters[0] > 0
+    files = sorted(tmp_path.glob("memprobe-*.jsonl"))
+    roles = set()
+    for f in files:
+        lines = [json.loads(line) for line in f.read_text().splitlines()]
+        assert lines and all(RSS in rec["values"] or "memprobe/driver/process/rss_bytes"
+                             in rec["values"] for rec in lines)
+        roles.add((lines[0]["role"], lines[0]["env_runner"]))
+    expected = {("driver", 0), ("env_runner", num_env_runners and 1)}
+    assert expected <= roles, roles
+
+
+def test_old_stack_custom_metrics(ray_session):
+    results = train(ppo_config(1, old_stack=True))
+    for r in results:
+        cm = r["env_runners"]["custom_metrics"]
+        assert cm[RSS + "_mean"] > 10 * 2**20
+        assert cm[RSS + "_max"] >= cm[RSS + "_min"]
+    assert (results[1]["env_runners"]["custom_metrics"][COUNTER + "_max"]
+            >= results[0]["env_runners"]["custom_metrics"][COUNTER + "_max"])
+
+
+def test_tracemalloc_sites_are_short_keys(ray_session):
+    cls = MemoryProbeCallback.configure(
+        probes={"process": {}, "tracemalloc": {"top": 5, "every": 5}}, driver=False
+    )
+    results = train(ppo_config(1, cls, ), iterations=2)
+    er = results[-1]["env_runners"]
+    sites = [k for k in er if k.startswith("memprobe/tracemalloc/top/")]
+    assert sites, sorted(er)
+    assert er["memprobe/tracemalloc/traced_bytes"] > 0
+    for k in sites:
+        site = k[len("memprobe/tracemalloc/top/"):].rsplit("/", 1)[0]
+        assert "site-packages" not in k and not site.startswith("/") and " " not in k, k
+        assert len(k) < 120, k
+        assert re.fullmatch(r"[\w.<>/-]+:\d+|other", site), k
+
+
+def test_raising_probe_is_counted_not_fatal(ray_session):
+    cls = MemoryProbeCallback.configure(
+        probes=["process", "raising"], plugins=["memprobe_test_raising_plugin"], driver=False
+    )
+    results = train(ppo_config(1, cls), iterations=2)
+    for r in results:
+        er = r["env_runners"]
+        assert er["memprobe/errors/raising"] >= 1
+        assert er[RSS] > 10 * 2**20
+
+
+def test_plain_callable_for_on_episode_end(ray_session):
+    fn = episode_end_callback(probes=["process"])
+    from ray import cloudpickle
+
+    cloudpickle.loads(cloudpickle.dumps(fn))  # what Ray uses to ship it to EnvRunners
+    results = train(ppo_config(1, callbacks=None, on_episode_end=fn), iterations=1)
+    assert results[0]["env_runners"][RSS] > 10 * 2**20
+
+
+def test_configure_validates_in_the_driver():
+    with pytest.raises(memprobe.ConfigError, match="procss"):
+        MemoryProbeCallback.configure(probes=["procss"])
+    with pytest.raises(memprobe.ConfigError, match="trigger"):
+        MemoryProbeCallback.configure(trigger="step")
+    with pytest.raises(memprobe.ConfigError, match="evry"):
+        MemoryProbeCallback.configure(evry=3)
+    with pytest.raises(memprobe.ConfigError, match="no_such_module"):
+        MemoryProbeCallback.configure(plugins=["no_such_module"])
+    cls = MemoryProbeCallback.configure(every=2)
+    assert cls.every == 2 and MemoryProbeCallback.every == 1
+    cb = cls()
+    assert cb.prober is None  # nothing is built or started at construction
