@@ -3,7 +3,7 @@
 >>> from memprobe_rllib import MemoryProbeCallback           # doctest: +SKIP
 >>> config.callbacks(MemoryProbeCallback)                    # doctest: +SKIP
 >>> config.callbacks(MemoryProbeCallback.configure(          # doctest: +SKIP
-...     probes={"process": {}, "tracemalloc": {"every": 20}}, jsonl="logs/{role}-{index}-{pid}.jsonl"))
+...     probes={"process": {}, "tracemalloc": {"every": 20}}, jsonl="logs/"))
 
 Ray is imported only by this package (``memprobe`` itself never imports it),
 and only when :class:`MemoryProbeCallback` is first looked up.

@@ -1,4 +1,4 @@
-"""A memprobe plugin whose probe raises at every sample (imported by the RLlib tests' EnvRunners)."""
+"""A memprobe plugin whose probe always raises (imported by the EnvRunners in the tests)."""
 
 import memprobe
 

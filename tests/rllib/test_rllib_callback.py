@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("ray.rllib")
 
-import memprobe  # noqa: E402
-from memprobe_rllib import MemoryProbeCallback, episode_end_callback  # noqa: E402
+import memprobe
+from memprobe_rllib import MemoryProbeCallback, episode_end_callback
 
 pytestmark = pytest.mark.rllib
 RSS = "memprobe/process/rss_bytes"
