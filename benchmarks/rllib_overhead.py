@@ -1,0 +1,106 @@
+"""Env steps sampled per second by a PPO CartPole-v1 EnvRunner, with vs without memprobe.
+
+Run: ``python benchmarks/rllib_overhead.py [--pairs 60] [--steps 1000]``.
+
+Each variant is a real ``SingleAgentEnvRunner`` built from the same
+``PPOConfig`` the Algorithm would send to its one remote EnvRunner, differing
+only in ``config.callbacks(...)``. Runs are interleaved (A B, B A, A B, ...)
+and each timed run is ``runner.sample(num_timesteps=steps)`` followed by
+``runner.get_metrics()`` (the reduce RLlib does once per iteration, where the
+logged keys cost). The figure is the median over pairs of
+``steps/s(variant) / steps/s(baseline)``; single runs vary by ±15% here.
+
+To add a variant, add an entry to ``variants()``: a name and a function that
+applies the callbacks to a config (e.g. a tracemalloc-always-on or windowed
+``MemoryProbeCallback.configure(...)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+Configure = Callable[[Any], Any]
+
+
+def base_config() -> Any:
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    return (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=1)
+        .debugging(log_level="ERROR")
+    )
+
+
+def make_runner(configure: Configure) -> Any:
+    """A SingleAgentEnvRunner for ``configure(base_config())``."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = configure(base_config())
+    return SingleAgentEnvRunner(config=config, worker_index=1, num_workers=1)
+
+
+def steps_per_second(runner: Any, steps: int) -> float:
+    """Env steps sampled per second for one ``sample()`` + ``get_metrics()``."""
+    t0 = time.perf_counter()
+    episodes = runner.sample(num_timesteps=steps)
+    runner.get_metrics()
+    dt = time.perf_counter() - t0
+    return sum(len(e) for e in episodes) / dt
+
+
+def variants() -> dict[str, Configure]:
+    from memprobe_rllib import MemoryProbeCallback
+
+    return {
+        "none": lambda c: c,
+        "default": lambda c: c.callbacks(MemoryProbeCallback),
+    }
+
+
+def measure(names: list[str], pairs: int, steps: int, warmup: int = 3) -> dict[str, float]:
+    """Median ratio (steps/s vs ``none``) for each variant in ``names``."""
+    table = variants()
+    runners = {"none": make_runner(table["none"])}
+    for n in names:
+        runners[n] = make_runner(table[n])
+    for r in runners.values():
+        for _ in range(warmup):
+            steps_per_second(r, steps)
+    for n in names:  # the callback really runs (its keys reach the metrics)
+        runners[n].sample(num_timesteps=steps)
+        keys = [k for k in runners[n].get_metrics() if k.startswith("memprobe/")]
+        print(f"{n}: {len(keys)} memprobe keys logged per sample()")
+    ratios: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(pairs):
+        for n in names:
+            order = ["none", n] if i % 2 == 0 else [n, "none"]
+            got = {k: steps_per_second(runners[k], steps) for k in order}
+            ratios[n].append(got[n] / got["none"])
+    for r in runners.values():
+        r.stop()
+    return {n: statistics.median(v) for n, v in ratios.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--variants", nargs="*", default=["default"])
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    result = measure(args.variants, args.pairs, args.steps)
+    print(f"PPO CartPole-v1 EnvRunner, {args.pairs} interleaved pairs of {args.steps} steps "
+          f"({time.perf_counter() - t0:.0f} s)")
+    print(f"{'variant':<12}{'median steps/s ratio vs none':>30}")
+    for n, ratio in result.items():
+        print(f"{n:<12}{ratio:>30.3f}")
+
+
+if __name__ == "__main__":
+    main()
