@@ -110,11 +110,12 @@ class MemoryProbeCallback(RLlibCallback):
     env_runners: ClassVar[bool] = True
     driver: ClassVar[bool] = True
     learners: ClassVar[bool] = True
+    leak_every: ClassVar[int | None] = None
 
     _OPTIONS: ClassVar[tuple[str, ...]] = (
         "probes", "every", "interval_seconds", "budget", "history", "max_failures",
         "max_site_keys", "load_entrypoints", "plugins", "jsonl", "trigger",
-        "env_runners", "driver", "learners",
+        "env_runners", "driver", "learners", "leak_every",
     )
 
     def __init__(self) -> None:
@@ -127,6 +128,7 @@ class MemoryProbeCallback(RLlibCallback):
         self._pending: dict[str, list[float]] = {}  # key -> [last, max, sum]
         self._logged_counters: dict[str, float] = {}
         self._internal_errors = 0
+        self._sample_calls = 0
 
     # -- configuration ---------------------------------------------------------------
     @classmethod
@@ -156,6 +158,9 @@ class MemoryProbeCallback(RLlibCallback):
         :param env_runners: probe in the EnvRunners.
         :param driver: probe the Algorithm's process in ``on_train_result``.
         :param learners: probe remote Learner actors (``num_learners > 0``).
+        :param leak_every: every this many ``sample()`` calls, judge each
+            EnvRunner's history with :func:`memprobe.leaks.analyze_samples` and log
+            ``memprobe/leak/<metric>/rate_per_step`` and ``.../suspect`` (0/1).
         :raises memprobe.ConfigError: naming the bad option.
         """
         unknown = sorted(set(options) - set(cls._OPTIONS))
@@ -180,6 +185,9 @@ class MemoryProbeCallback(RLlibCallback):
         if isinstance(plugins, str) or not all(isinstance(p, str) for p in plugins):
             raise ConfigError("plugins", f"must be a list of module names, got {plugins!r}")
         merged["plugins"] = tuple(plugins)
+        le = merged["leak_every"]
+        if le is not None and (not isinstance(le, int) or isinstance(le, bool) or le < 1):
+            raise ConfigError("leak_every", f"must be None or an int >= 1, got {le!r}")
         jsonl = merged["jsonl"]
         if jsonl is not None:
             if not isinstance(jsonl, (str, os.PathLike)):
@@ -309,10 +317,28 @@ class MemoryProbeCallback(RLlibCallback):
         try:
             if self.trigger == "sample":
                 self._add_pending(self._sample(env_runner if env_runner is not None else worker))
+            if self.leak_every is not None and self._prober is not None:
+                self._sample_calls += 1
+                if self._sample_calls % self.leak_every == 0:
+                    self._add_pending(self._leak_metrics())
             if metrics_logger is not None:
                 self._flush(metrics_logger)
         except Exception as exc:
             self._internal_failure(exc)
+
+    def _leak_metrics(self) -> dict[str, float]:
+        from memprobe import leaks
+
+        report = leaks.analyze_samples(list(self._prober.history), sites=True)
+        out: dict[str, float] = {}
+        for v in report.verdicts.values():
+            if v.status == "insufficient" or "/top/" in v.key:
+                continue
+            short = v.key[len("memprobe/"):] if v.key.startswith("memprobe/") else v.key
+            out[f"memprobe/leak/{short}/rate_per_step"] = float(v.slope_per_step)
+            out[f"memprobe/leak/{short}/suspect"] = 1.0 if v.leak else 0.0
+        out["memprobe/leak/suspect"] = 1.0 if report.leak else 0.0
+        return out
 
     def on_train_result(self, *, algorithm: Any = None, result: dict | None = None,
                         **kwargs: Any) -> None:

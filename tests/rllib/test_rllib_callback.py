@@ -131,3 +131,13 @@ def test_configure_validates_in_the_driver():
     assert cls.every == 2 and MemoryProbeCallback.every == 1
     cb = cls()
     assert cb.prober is None  # nothing is built or started at construction
+
+
+def test_leak_verdicts_per_env_runner(ray_session):
+    cls = MemoryProbeCallback.configure(probes=["process"], trigger="sample", leak_every=1,
+                                        driver=False)
+    config = ppo_config(1, cls).training(train_batch_size=64, minibatch_size=64)
+    results = train(config, iterations=3)
+    er = results[-1]["env_runners"]
+    assert er["memprobe/leak/suspect"] == 0.0  # a few samples: not enough data, no verdict
+    assert RSS in er
