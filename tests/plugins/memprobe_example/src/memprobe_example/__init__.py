@@ -1,0 +1,1 @@
+"""An example memprobe plugin: the ``example`` probe."""
