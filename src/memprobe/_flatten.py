@@ -171,11 +171,83 @@ def flatten(
         string; the message names the key.
     :raises KeyCollisionError: two inputs sanitize to the same key; names both.
     """
+    if type(data) is dict:
+        ck = (prefix, sep, tuple(data))
+        plan = _PLANS.get(ck)
+        if plan is not None:
+            fast: dict[str, Number] = {}
+            if _run_plan(data, plan, fast):
+                return fast
     out: dict[str, Number] = {}
     sources: dict[str, str] = {}
     root = sanitize_key(prefix) if prefix else ""
     _walk(data, root, "", sep, out, sources, key_cap, 0)
+    if type(data) is dict:
+        plan = _make_plan(data, out, root, sep, 0)
+        if plan is not None:
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[ck] = plan
     return out
+
+
+# -- the fast path -------------------------------------------------------------
+# A probe returns the same shape sample after sample. The first flatten of a
+# shape goes through _walk (sanitizing, sorting, collision checks) and records
+# a *plan*: for each plain dict, its keys in order and, sorted as _walk sorts
+# them, each child's output key or sub-plan. Later calls with the same shape
+# only check the shape (tuple(node) == keys) and the value types, and copy.
+# Anything unusual (a SiteMap, a sequence, a non-str key, a bool, a non-finite
+# or non-int/float value, a different shape) misses and takes _walk again,
+# which produces the same output or raises the same error.
+
+Plan = tuple[tuple[Any, ...], list[tuple[str, str | None, Any]]]
+_PLANS: dict[tuple[str, str, tuple[Any, ...]], Plan] = {}
+_MAX_PLANS = 256
+_isfinite = math.isfinite
+
+
+def _make_plan(node: Any, out: dict[str, Number], key: str, sep: str, depth: int) -> Plan | None:
+    if type(node) is not dict or depth > MAX_DEPTH:
+        return None
+    items: list[tuple[str, str | None, Any]] = []
+    for k in node:
+        if type(k) is not str:
+            return None
+    for k in sorted(node, key=str):
+        part = sanitize_key(k)
+        child_key = f"{key}{sep}{part}" if key else part
+        v = node[k]
+        t = type(v)
+        if t is int or t is float:
+            if child_key not in out or out[child_key] != v:
+                return None
+            items.append((k, child_key, None))
+        elif t is dict:
+            sub = _make_plan(v, out, child_key, sep, depth + 1)
+            if sub is None:
+                return None
+            items.append((k, None, sub))
+        else:
+            return None
+    return (tuple(node), items)
+
+
+def _run_plan(node: dict[Any, Any], plan: Plan, out: dict[str, Number]) -> bool:
+    keys, items = plan
+    if tuple(node) != keys:
+        return False
+    for k, okey, sub in items:
+        v = node[k]
+        if okey is not None:
+            t = type(v)
+            if t is int or (t is float and _isfinite(v)):
+                out[okey] = v
+            else:
+                return False
+        elif type(v) is not dict or not _run_plan(v, sub, out):
+            return False
+    return True
 
 
 def _emit(

@@ -9,6 +9,8 @@ from typing import Any
 from .._errors import ConfigError
 from ..hookspecs import hookimpl
 
+_GEN = tuple(f"gen{i}" for i in range(8))
+
 
 class GcProbe:
     """Per-generation object counts and collection statistics, garbage, collection time.
@@ -68,9 +70,10 @@ class GcProbe:
         if self.collect:
             out["collected_now_count"] = gc.collect()
         counts = gc.get_count()
+        n = len(counts)
         for i, st in enumerate(gc.get_stats()):
-            out[f"gen{i}"] = {
-                "count": counts[i] if i < len(counts) else 0,
+            out[_GEN[i] if i < len(_GEN) else f"gen{i}"] = {
+                "count": counts[i] if i < n else 0,
                 "collections_count": st.get("collections", 0),
                 "collected_count": st.get("collected", 0),
                 "uncollectable_count": st.get("uncollectable", 0),

@@ -12,11 +12,35 @@ from ..hookspecs import hookimpl
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+def _open_fd_counter(fd_dir: str) -> int:
+    """A kept fd on ``/proc/<pid>/fd`` whose ``st_size`` is the fd count, or -1.
+
+    Linux 6.2+ reports the number of open fds as the size of that directory
+    (about 1 µs through ``fstat`` instead of ~12 µs for ``listdir``). Older
+    kernels report 0; then this returns -1 and ``listdir`` is used.
+    """
+    try:
+        fd = os.open(fd_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return -1
+    try:
+        size = os.fstat(fd).st_size
+        # listdir also sees our fd plus its own temporary one: one more than st_size.
+        if size > 0 and size == len(os.listdir(fd_dir)) - 1:
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return -1
+
+
 class ProcessProbe:
     """Process memory (RSS, VMS, shared, data), open file descriptors and threads.
 
     On Linux it reads ``/proc/self/statm`` and ``/proc/self/stat`` through kept
-    file descriptors (about 2 µs each); elsewhere it uses one reused
+    file descriptors (about 2 µs each) and counts fds with one ``fstat`` of
+    ``/proc/self/fd`` (Linux 6.2+; ``listdir`` before) and threads with one
+    of ``/proc/self/task``; elsewhere it uses one reused
     ``psutil.Process``. ``full=True`` adds USS/PSS/swap from
     ``memory_full_info()``, which reads smaps and costs 0.2–3 ms.
     """
@@ -48,6 +72,8 @@ class ProcessProbe:
         self._stat = -1
         self._opened_in = -1
         self._fd_dir = ""
+        self._task_fd = -1  # kept fd on /proc/<pid>/task: st_nlink - 2 is the thread count
+        self._fd_dirfd = -1  # kept fd on /proc/<pid>/fd: fstat().st_size counts fds (Linux >= 6.2)
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -64,6 +90,9 @@ class ProcessProbe:
             self._statm = os.open(f"{base}/statm", os.O_RDONLY)
             self._stat = os.open(f"{base}/stat", os.O_RDONLY)
             self._fd_dir = f"{base}/fd"
+            if self.fds:
+                self._fd_dirfd = _open_fd_counter(self._fd_dir)
+            self._task_fd = self._open_task_counter(f"{base}/task")
         if self._statm < 0 or self.full or not self.fds:
             import psutil
 
@@ -71,13 +100,13 @@ class ProcessProbe:
         self._opened_in = os.getpid()
 
     def _close(self) -> None:
-        for fd in (self._statm, self._stat):
+        for fd in (self._statm, self._stat, self._fd_dirfd, self._task_fd):
             if fd >= 0:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        self._statm = self._stat = -1
+        self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
         self._proc = None
 
     def __del__(self) -> None:
@@ -85,14 +114,14 @@ class ProcessProbe:
 
     def __getstate__(self) -> dict[str, Any]:  # kept fds and psutil objects do not pickle
         state = self.__dict__.copy()
-        state.update(_proc=None, _statm=-1, _stat=-1, _opened_in=-1)
+        state.update(_proc=None, _statm=-1, _stat=-1, _fd_dirfd=-1, _task_fd=-1, _opened_in=-1)
         return state
 
     # -- sampling ----------------------------------------------------------
     def sample(self) -> dict[str, int]:
         if self._opened_in != os.getpid():  # started lazily, or forked since
             self._opened_in = -1
-            self._statm = self._stat = -1  # the parent's fds: do not close them
+            self._statm = self._stat = self._fd_dirfd = self._task_fd = -1  # the parent's fds: do not close them
             self._open()
         if self._statm >= 0:
             out = self._sample_proc()
@@ -115,13 +144,43 @@ class ProcessProbe:
             "shared_bytes": int(f[2]) * _PAGE,
             "data_bytes": int(f[5]) * _PAGE,
         }
+        if self._task_fd >= 0:
+            out["num_threads"] = os.fstat(self._task_fd).st_nlink - 2
+        else:
+            out["num_threads"] = self._threads_from_stat()
+        if self.fds:
+            if self._fd_dirfd >= 0:
+                # The kept directory fd is counted here; listdir() would count
+                # its own temporary fd instead, so both give the same number.
+                out["num_fds"] = os.fstat(self._fd_dirfd).st_size
+            else:
+                out["num_fds"] = len(os.listdir(self._fd_dir))
+        return out
+
+    def _threads_from_stat(self) -> int:
         stat = os.pread(self._stat, 1024, 0)
         # fields after the command name, which is in parentheses and may contain spaces
         rest = stat[stat.rindex(b")") + 2 :].split()
-        out["num_threads"] = int(rest[17])
-        if self.fds:
-            out["num_fds"] = len(os.listdir(self._fd_dir))
-        return out
+        return int(rest[17])
+
+    def _open_task_counter(self, task_dir: str) -> int:
+        """A kept fd on ``/proc/<pid>/task`` (one subdirectory per thread), or -1.
+
+        Its link count is the thread count + 2 (about 1 µs through ``fstat``
+        instead of ~4 µs to read and parse ``/proc/<pid>/stat``); checked
+        against ``stat`` once, else ``stat`` is used.
+        """
+        try:
+            fd = os.open(task_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            return -1
+        try:
+            if os.fstat(fd).st_nlink - 2 == self._threads_from_stat() > 0:
+                return fd
+        except (OSError, ValueError, IndexError):
+            pass
+        os.close(fd)
+        return -1
 
     def _sample_psutil(self) -> dict[str, int]:
         p = self._proc
