@@ -1,0 +1,115 @@
+"""flatten and sanitize_key: laws checked with hypothesis, errors that name the key."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import memprobe
+from memprobe._flatten import KeyCap, SiteMap
+
+SAFE = re.compile(r"^[A-Za-z0-9_.\-/:]+$")
+
+names = st.text(min_size=1, max_size=12)
+numbers = st.one_of(st.integers(-(2**62), 2**62), st.floats(allow_nan=False, allow_infinity=False))
+trees = st.recursive(
+    numbers,
+    lambda children: st.dictionaries(names, children, min_size=1, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.text(max_size=40))
+def test_sanitize_is_idempotent_and_safe(s: str) -> None:
+    once = memprobe.sanitize_key(s)
+    assert memprobe.sanitize_key(once) == once
+    assert SAFE.match(once), once
+    assert not any(c.isspace() for c in once)
+
+
+@given(st.dictionaries(names, trees, min_size=1, max_size=4))
+def test_flatten_keys_are_safe_unique_and_deterministic(data: dict) -> None:
+    try:
+        flat = memprobe.flatten(data)
+    except memprobe.KeyCollisionError as exc:
+        a, b = exc.sources
+        assert a != b  # two different inputs, both named
+        assert exc.key in str(exc)
+        return
+    assert all(k.startswith("memprobe/") for k in flat)
+    assert all(SAFE.match(k) for k in flat)
+    # order of the input does not matter; the output order is stable
+    reversed_input = dict(reversed(list(data.items())))
+    assert list(memprobe.flatten(reversed_input).items()) == list(flat.items())
+    assert all(isinstance(v, (int, float)) and math.isfinite(v) for v in flat.values())
+
+
+def _leaves(tree: object) -> list[float]:
+    if isinstance(tree, dict):
+        return [x for v in tree.values() for x in _leaves(v)]
+    return [tree]  # type: ignore[list-item]
+
+
+clean = st.from_regex(r"[a-z][a-z0-9_]{0,7}", fullmatch=True)
+clean_trees = st.recursive(
+    numbers, lambda c: st.dictionaries(clean, c, min_size=1, max_size=4), max_leaves=20
+)
+
+
+@given(st.dictionaries(clean, clean_trees, min_size=1))
+def test_flatten_keeps_every_leaf_of_clean_keys(data: dict) -> None:
+    flat = memprobe.flatten(data)
+    assert sorted(flat.values()) == sorted(_leaves(data))
+
+
+def test_nested_and_sequences() -> None:
+    flat = memprobe.flatten({"process": {"rss_bytes": 1, "per_gen": [3, 4]}})
+    assert flat == {
+        "memprobe/process/per_gen/0": 3,
+        "memprobe/process/per_gen/1": 4,
+        "memprobe/process/rss_bytes": 1,
+    }
+    assert memprobe.flatten({"a": {"b": 1}}, prefix="", sep=".") == {"a.b": 1}
+
+
+def test_collision_names_both_inputs() -> None:
+    with pytest.raises(memprobe.KeyCollisionError) as info:
+        memprobe.flatten({"p": {"a b": 1, "a_b": 2}})
+    assert "p/a b" in str(info.value) and "p/a_b" in str(info.value)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "12", None, object()])
+def test_bad_values_name_the_key(bad: object) -> None:
+    with pytest.raises(memprobe.MetricValueError) as info:
+        memprobe.flatten({"p": {"x": {"y_bytes": bad}}})
+    assert info.value.key == "p/x/y_bytes"
+
+
+def test_non_string_key_is_rejected() -> None:
+    with pytest.raises(memprobe.MetricValueError, match="not a string"):
+        memprobe.flatten({"p": {(1, 2): 3}})
+
+
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=40), st.integers(0, 10))
+def test_key_cap_is_sticky_and_preserves_totals(sizes: list[int], cap_n: int) -> None:
+    cap = KeyCap(cap_n)
+    sites = SiteMap((f"file.py:{i}", {"size_bytes": s}) for i, s in enumerate(sizes))
+    flat = memprobe.flatten({"t": {"top": sites}}, key_cap=cap)
+    assert sum(flat.values()) == sum(sizes)
+    named = [k for k in flat if not k.startswith("memprobe/t/top/other")]
+    assert len(named) == min(cap_n, len(sizes))
+    # sticky: the same first sites keep their keys on the next sample
+    again = memprobe.flatten({"t": {"top": sites}}, key_cap=cap)
+    assert [k for k in again if "other" not in k] == named
+
+
+def test_shorten_path_is_relative_to_site_packages_and_cwd(tmp_path, monkeypatch) -> None:
+    import pluggy
+
+    assert memprobe.shorten_path(pluggy.__file__) == "pluggy/__init__.py"
+    monkeypatch.chdir(tmp_path)
+    assert memprobe.shorten_path(str(tmp_path / "train.py")) == "train.py"
