@@ -141,3 +141,11 @@ def test_leak_verdicts_per_env_runner(ray_session):
     er = results[-1]["env_runners"]
     assert er["memprobe/leak/suspect"] == 0.0  # a few samples: not enough data, no verdict
     assert RSS in er
+
+
+def test_remote_learner_is_probed(ray_session):
+    config = ppo_config(1).learners(num_learners=1)
+    results = train(config, iterations=1)
+    r = results[0]
+    assert r["memprobe/learner_0/process/rss_bytes"] > 10 * 2**20
+    assert r["memprobe/driver/process/rss_bytes"] > 10 * 2**20
