@@ -1,0 +1,90 @@
+"""Each built-in probe against reality: real allocations, real objects, real files."""
+
+from __future__ import annotations
+
+import gc
+import os
+import tracemalloc
+
+import memprobe
+
+MB = 2**20
+
+
+def test_process_rss_rises_with_50_mb_held() -> None:
+    with memprobe.Prober(["process"]) as prober:
+        before = prober.sample()["memprobe/process/rss_bytes"]
+        held = bytearray(os.urandom(1)) * (50 * MB)  # touched: every page is written
+        after = prober.sample()["memprobe/process/rss_bytes"]
+        del held
+    assert after - before >= 50 * MB
+
+
+def test_tracemalloc_traced_bytes_rise_and_name_the_line() -> None:
+    with memprobe.Prober({"tracemalloc": {"top": 5}}) as prober:
+        before = prober.sample()["memprobe/tracemalloc/traced_bytes"]
+        held = [bytes(MB) for _ in range(50)]  # the allocating line
+        values = prober.sample()
+        del held
+    assert values["memprobe/tracemalloc/traced_bytes"] - before >= 50 * MB
+    growth = [k for k in values if k.startswith("memprobe/tracemalloc/growth/")]
+    assert any("test_builtin_probes.py:" in k for k in growth), growth
+    # short, sanitized site keys: no absolute paths, no spaces
+    assert all(" " not in k and "/work/" not in k for k in values)
+    assert not tracemalloc.is_tracing()  # it stopped what it started
+
+
+def test_tracemalloc_leaves_someone_elses_tracing_on() -> None:
+    tracemalloc.start()
+    try:
+        with memprobe.Prober(["tracemalloc"]) as prober:
+            prober.sample()
+        assert tracemalloc.is_tracing()
+    finally:
+        tracemalloc.stop()
+
+
+class Widget:
+    pass
+
+
+def test_objects_probe_reports_10000_new_instances() -> None:
+    with memprobe.Prober({"objects": {"top": 50}}) as prober:
+        prober.sample()
+        widgets = [Widget() for _ in range(10_000)]
+        values = prober.sample()
+        del widgets
+    key = f"memprobe/objects/growth/{__name__}.Widget/count"
+    assert values.get(key, 0) >= 10_000, sorted(values)
+
+
+def test_num_fds_rises_by_50(tmp_path) -> None:
+    with memprobe.Prober(["process"]) as prober:
+        before = prober.sample()["memprobe/process/num_fds"]
+        files = [open(tmp_path / f"f{i}", "w") for i in range(50)]  # noqa: SIM115
+        after = prober.sample()["memprobe/process/num_fds"]
+        for f in files:
+            f.close()
+        closed = prober.sample()["memprobe/process/num_fds"]
+    assert after - before == 50
+    assert closed == before
+
+
+def test_gc_probe_counts_collections_and_time() -> None:
+    with memprobe.Prober(["gc"]) as prober:
+        before = prober.sample()
+        for _ in range(3):
+            gc.collect()
+        after = prober.sample()
+    key = "memprobe/gc/gen2/collections_count"
+    assert after[key] - before[key] >= 3
+    assert after["memprobe/gc/collection_seconds"] > 0
+    assert after["memprobe/gc/collection_seconds_total"] >= after["memprobe/gc/collection_seconds"]
+    assert not any(getattr(cb, "__self__", None).__class__.__name__ == "GcProbe"
+                   for cb in gc.callbacks)  # stop() removed its callback
+
+
+def test_process_full_info_adds_uss() -> None:
+    with memprobe.Prober({"process": {"full": True}}) as prober:
+        values = prober.sample()
+    assert 0 < values["memprobe/process/uss_bytes"] <= values["memprobe/process/rss_bytes"]
