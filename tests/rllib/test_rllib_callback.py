@@ -149,3 +149,32 @@ def test_remote_learner_is_probed(ray_session):
     r = results[0]
     assert r["memprobe/learner_0/process/rss_bytes"] > 10 * 2**20
     assert r["memprobe/driver/process/rss_bytes"] > 10 * 2**20
+
+
+def test_restarted_env_runner_resumes_probing(ray_session, tmp_path):
+    import os
+    import time
+
+    cls = MemoryProbeCallback.configure(jsonl=str(tmp_path), driver=False)
+    config = ppo_config(1, cls).fault_tolerance(restart_failed_env_runners=True)
+    algo = config.build_algo()
+    try:
+        algo.train()
+        group = algo.env_runner_group
+        (old_pid,) = group.foreach_env_runner(lambda w: os.getpid(), local_env_runner=False)
+        for actor in group._worker_manager._actors.values():
+            ray_session.kill(actor, no_restart=False)
+        new_pid = old_pid
+        for _ in range(8):  # the restart takes a few seconds; training goes on meanwhile
+            time.sleep(1)
+            algo.train()
+            pids = group.foreach_env_runner(lambda w: os.getpid(), local_env_runner=False)
+            if pids and pids[0] != old_pid:
+                new_pid = pids[0]
+                break
+        results = [algo.train()]
+    finally:
+        algo.stop()
+    assert new_pid != old_pid
+    assert results[-1]["env_runners"][RSS] > 10 * 2**20
+    assert list(tmp_path.glob(f"memprobe-env_runner-1-{new_pid}.jsonl"))
