@@ -80,7 +80,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
     """
     p = os.fspath(path)
     try:
-        f = open(p, encoding="utf-8", errors="replace")  # noqa: SIM115
+        f = open(p, encoding="utf-8", errors="replace")
     except FileNotFoundError:
         raise JsonlReadError(p, "no such file") from None
     except IsADirectoryError:
@@ -99,7 +99,8 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
         try:
             sample, tags = _parse(line)
         except (ValueError, TypeError) as exc:
-            what = "truncated last line" if lineno == last and not line.endswith("}") else "bad line"
+            truncated = lineno == last and not line.endswith("}")
+            what = "truncated last line" if truncated else "bad line"
             warnings.warn(
                 f"{p}:{lineno}: {what} skipped ({exc})", MemprobeWarning, stacklevel=2
             )

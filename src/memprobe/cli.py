@@ -220,7 +220,7 @@ def _print_program_traceback(exc: BaseException) -> None:
     """The traceback without memprobe's and runpy's own frames."""
     tb = exc.__traceback__
     while tb is not None and (
-        tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__)
+        tb.tb_frame.f_code.co_filename in (__file__, runpy.__file__, "<frozen runpy>")
     ):
         tb = tb.tb_next
     traceback.print_exception(type(exc), exc, tb)
@@ -373,7 +373,8 @@ def _top_sites(run: ProcessRun, report: Any, n: int = 5) -> list[tuple[str, str]
     if out:
         return out
     last = run.samples[-1].values if run.samples else {}
-    top = [(k, v) for k, v in last.items() if "/tracemalloc/top/" in k and k.endswith("/size_bytes")]
+    top = [(k, v) for k, v in last.items()
+           if "/tracemalloc/top/" in k and k.endswith("/size_bytes")]
     top.sort(key=lambda kv: -kv[1])
     for k, v in top[:n]:
         out.append((_name(k), f"{_fmt('x_bytes', v)} live at the end"))
@@ -477,7 +478,7 @@ def _plot_png(plt: Any, results: list[tuple[ProcessRun, list[MetricSummary], Any
                 continue
             xs, ys = zip(*pts)
             ys = [y / 2**20 for y in ys] if mib else list(ys)
-            (line,) = ax.plot(xs, ys, label=run.label, linewidth=1.4)
+            ax.plot(xs, ys, label=run.label, linewidth=1.4)
             for ms in sums:
                 if ms.key == key and ms.detected_at is not None:
                     t, y = ms.detected_at
