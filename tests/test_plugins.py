@@ -50,5 +50,5 @@ def test_duplicate_probe_name_keeps_the_first_and_names_both() -> None:
 
 
 def test_plugin_option_errors_come_from_the_plugin() -> None:
-    with pytest.raises(memprobe.ConfigError, match="example.scale"):
+    with pytest.raises(memprobe.ConfigError, match=r"example\.scale"):
         memprobe.Prober({"example": {"scale": 0}})

@@ -51,7 +51,7 @@ class JsonlSink:
         parent = os.path.dirname(self.path)
         if parent:
             os.makedirs(parent, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115
+        self._file = open(self.path, "a", encoding="utf-8", buffering=1)
         self._pid = pid
         return self._file
 
@@ -62,7 +62,7 @@ class JsonlSink:
             f = self._file if self._pid == os.getpid() else None
             if f is None:
                 f = self._open()
-            record = {"time": sample.time_seconds, "step": sample.step, "pid": sample.pid}
+            record: dict[str, Any] = {"time": sample.time_seconds, "step": sample.step, "pid": sample.pid}
             record.update(self.tags)
             record["values"] = sample.values
             f.write(json.dumps(record, separators=(",", ":")) + "\n")

@@ -61,7 +61,7 @@ def test_objects_probe_reports_10000_new_instances() -> None:
 def test_num_fds_rises_by_50(tmp_path) -> None:
     with memprobe.Prober(["process"]) as prober:
         before = prober.sample()["memprobe/process/num_fds"]
-        files = [open(tmp_path / f"f{i}", "w") for i in range(50)]  # noqa: SIM115
+        files = [open(tmp_path / f"f{i}", "w") for i in range(50)]
         after = prober.sample()["memprobe/process/num_fds"]
         for f in files:
             f.close()

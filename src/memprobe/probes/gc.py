@@ -21,7 +21,7 @@ class GcProbe:
     """
 
     metrics = {
-        "gen<N>/count": "objects allocated since generation N's last collection (gc.get_count), count",
+        "gen<N>/count": "allocations since generation N was last collected, count",
         "gen<N>/collections_count": "collections of generation N since start of the process, count",
         "gen<N>/collected_count": "objects collected in generation N, count",
         "gen<N>/uncollectable_count": "uncollectable objects found in generation N, count",
