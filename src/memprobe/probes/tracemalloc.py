@@ -45,6 +45,12 @@ class TracemallocProbe:
     stops only what it started. Sampling takes a snapshot: its cost grows
     with the number of traced blocks (tens of ms at 100k blocks), and tracing
     itself slows allocation, so give it an ``every`` or ``interval_seconds``.
+
+    Windowed mode (``window_steps=W, period_steps=P``): tracing runs only for
+    W of every P samples of this probe. At sample ``k*P`` tracing starts; at
+    sample ``k*P + W`` the live traced blocks (allocated during the window and
+    still alive) are grouped by site into ``survivors/<site>/...``, then
+    tracing stops. Allocation runs at full speed the other ``P - W`` samples.
     """
 
     metrics = {
@@ -56,6 +62,12 @@ class TracemallocProbe:
         "top/<site>/count": "live blocks allocated at the site, count",
         "growth/<site>/size_bytes": "change of the site's live bytes since the previous sample, bytes",
         "growth/<site>/count": "change of the site's live blocks since the previous sample, count",
+        "window_active": "windowed mode: 1 while a tracing window is open, else 0",
+        "survivors_bytes": "windowed mode, at a window's end: bytes allocated in the window "
+        "and still alive, bytes",
+        "survivors_count": "windowed mode, at a window's end: such blocks, count",
+        "survivors/<site>/size_bytes": "windowed mode: surviving bytes by site, bytes",
+        "survivors/<site>/count": "windowed mode: surviving blocks by site, count",
     }
 
     def __init__(
@@ -65,6 +77,8 @@ class TracemallocProbe:
         nframe: int = 1,
         group_by: str = "lineno",
         exclude: list[str] | tuple[str, ...] = (),
+        window_steps: int | None = None,
+        period_steps: int | None = None,
     ) -> None:
         if not isinstance(top, int) or isinstance(top, bool) or top < 0:
             raise ConfigError("tracemalloc.top", f"must be an int >= 0, got {top!r}")
@@ -78,6 +92,23 @@ class TracemallocProbe:
             raise ConfigError(
                 "tracemalloc.exclude", f"must be a list of filename patterns, got {exclude!r}"
             )
+        if (window_steps is None) != (period_steps is None):
+            raise ConfigError(
+                "tracemalloc.window_steps",
+                "window_steps and period_steps go together (trace W of every P samples)",
+            )
+        if window_steps is not None:
+            for opt, v in (("window_steps", window_steps), ("period_steps", period_steps)):
+                if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                    raise ConfigError(f"tracemalloc.{opt}", f"must be an int >= 1, got {v!r}")
+            if window_steps >= period_steps:  # type: ignore[operator]
+                raise ConfigError(
+                    "tracemalloc.window_steps",
+                    f"must be less than period_steps ({period_steps}), got {window_steps}",
+                )
+        self.window_steps = window_steps
+        self.period_steps = period_steps
+        self._calls = 0
         self.top = top
         self.nframe = nframe
         self.group_by = group_by
@@ -87,6 +118,8 @@ class TracemallocProbe:
         self._active = False
 
     def start(self) -> None:
+        if self.window_steps is not None:
+            return  # windowed: tracing starts with the first window, in sample()
         if not self._active:
             acquire_tracing(self.nframe)
             self._active = True
@@ -102,7 +135,35 @@ class TracemallocProbe:
         state.update(_active=False, _previous=None)
         return state
 
+    def _sample_windowed(self) -> dict[str, Any]:
+        """Trace W of every P samples; at a window's end, name the surviving sites."""
+        phase = self._calls % self.period_steps  # type: ignore[operator]
+        self._calls += 1
+        out: dict[str, Any] = {"window_active": int(self._active)}
+        if phase == 0 and not self._active:
+            acquire_tracing(self.nframe)
+            self._active = True
+            out["window_active"] = 1
+        elif phase == self.window_steps and self._active:
+            # Blocks traced now were allocated inside the window and outlived it.
+            traced, _ = tracemalloc.get_traced_memory()
+            stats = site_stats(self.group_by, self._filters)
+            self._active = False
+            release_tracing()
+            out["window_active"] = 0
+            out["survivors_bytes"] = sum(s for s, _ in stats.values())
+            out["survivors_count"] = sum(c for _, c in stats.values())
+            out["traced_bytes"] = traced
+            if self.top:
+                ranked = sorted(stats.items(), key=lambda kv: (-kv[1][0], kv[0]))[: self.top]
+                out["survivors"] = SiteMap(
+                    (site, {"size_bytes": sz, "count": c}) for site, (sz, c) in ranked
+                )
+        return out
+
     def sample(self) -> dict[str, Any]:
+        if self.window_steps is not None:
+            return self._sample_windowed()
         if not self._active:
             self.start()
         traced, peak = tracemalloc.get_traced_memory()

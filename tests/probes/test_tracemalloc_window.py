@@ -1,0 +1,61 @@
+"""Windowed tracing: trace W of every P samples, name the sites that outlive the window."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import pytest
+
+import memprobe
+from memprobe.probes.tracemalloc import TracemallocProbe
+
+HELD: list[bytes] = []
+
+
+def leak_step() -> None:
+    HELD.append(b"x" * 10_000)  # survives: the leak site
+
+
+def temp_step() -> None:
+    tmp = [bytearray(10_000) for _ in range(20)]  # freed before the window ends
+    del tmp
+
+
+def test_window_names_survivors_only():
+    assert not tracemalloc.is_tracing()
+    HELD.clear()
+    prober = memprobe.Prober(
+        probes={"tracemalloc": {"window_steps": 5, "period_steps": 20}}, load_entrypoints=False
+    )
+    tracing = []
+    ends = []
+    with prober:
+        for i in range(40):
+            v = prober.sample(step=i)
+            tracing.append(tracemalloc.is_tracing())
+            if "memprobe/tracemalloc/survivors_bytes" in v:
+                ends.append((i, v))
+            leak_step()
+            temp_step()
+    assert not tracemalloc.is_tracing()
+    # traced during samples 0-4 and 20-24 only: 10 of 40
+    assert sum(tracing) == 10
+    assert [i for i, _ in ends] == [5, 25]
+    for _, v in ends:
+        leak = [k for k in v if "test_tracemalloc_window.py" in k and k.endswith("size_bytes")]
+        sizes = {k: v[k] for k in leak}
+        # 5 leaked blocks of 10 kB each survive the window; the temporaries do not
+        assert any(s >= 5 * 10_000 for s in sizes.values()), sizes
+        assert not any("test_tracemalloc_window.py:20/" in k for k in leak), sizes
+        assert any("test_tracemalloc_window.py:16/" in k for k in leak), sizes
+        assert v["memprobe/tracemalloc/survivors_bytes"] >= 50_000
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [{"window_steps": 5}, {"window_steps": 5, "period_steps": 5},
+     {"window_steps": 0, "period_steps": 5}, {"window_steps": 2, "period_steps": "9"}],
+)
+def test_window_bad_options(opts):
+    with pytest.raises(memprobe.ConfigError, match="tracemalloc"):
+        TracemallocProbe(**opts)
