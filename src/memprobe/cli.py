@@ -11,6 +11,7 @@ import html
 import io
 import json
 import os
+import re
 import runpy
 import statistics
 import sys
@@ -381,11 +382,11 @@ def _top_sites(run: ProcessRun, report: Any, n: int = 5) -> list[tuple[str, str]
     return out
 
 
-def _table(rows: list[list[str]]) -> str:
+def _table(rows: list[list[str]], left: int = 1) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = []
     for j, r in enumerate(rows):
-        lines.append("  " + "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+        lines.append("  " + "  ".join(c.ljust(w) if i < left else c.rjust(w)
                                       for i, (c, w) in enumerate(zip(r, widths))).rstrip())
         if j == 0:
             lines.append("  " + "  ".join("-" * w for w in widths))
@@ -533,7 +534,10 @@ def _html(results: list[tuple[ProcessRun, list[MetricSummary], Any]], png: bytes
 
 
 # -- probes --------------------------------------------------------------------------------
-def _unit(metric: str) -> str:
+def _unit(metric: str, desc: str = "") -> str:
+    for word in ("bytes", "seconds", "count", "fraction"):
+        if re.search(rf",\s*{word}\b", desc):
+            return word
     for suffix, unit in (("_bytes", "bytes"), ("_seconds", "seconds"), ("count", "count"),
                          ("fraction", "fraction")):
         if metric.endswith(suffix):
@@ -592,8 +596,8 @@ def cmd_probes(args: argparse.Namespace) -> int:
             print(f"  {info.doc}")
         rows = [["key", "unit", "meaning"]]
         for metric, desc in info.metrics.items():
-            rows.append([f"memprobe/{name}/{metric}", _unit(metric), desc])
+            rows.append([f"memprobe/{name}/{metric}", _unit(metric, desc), desc])
         if len(rows) > 1:
-            print(_table(rows))
+            print(_table(rows, left=3))
         print()
     return 0
