@@ -334,7 +334,7 @@ def _prefix(run: ProcessRun) -> str:
         for k in s.values:
             head, sep, _ = k.partition("/")
             if sep:
-                return head + "/"
+                return str(head) + "/"
     return "memprobe/"
 
 
@@ -360,7 +360,7 @@ def _verdict_text(ms: MetricSummary) -> str:
         s = "LEAK " + (f"{_fmt(ms.key, rate, True)}/h" if rate is not None
                        else f"{_fmt(ms.key, v.slope_per_step, True)}/step")
         return s
-    return v.status
+    return str(v.status)
 
 
 def _top_sites(run: ProcessRun, report: Any, n: int = 5) -> list[tuple[str, str]]:
@@ -477,8 +477,8 @@ def _plot_png(plt: Any, results: list[tuple[ProcessRun, list[MetricSummary], Any
             pts = [(s.time_seconds - t0, s.values[key]) for s in run.samples if key in s.values]
             if not pts:
                 continue
-            xs, ys = zip(*pts)
-            ys = [y / 2**20 for y in ys] if mib else list(ys)
+            xs = [t for t, _ in pts]
+            ys = [y / 2**20 if mib else y for _, y in pts]
             ax.plot(xs, ys, label=run.label, linewidth=1.4)
             for ms in sums:
                 if ms.key == key and ms.detected_at is not None:
