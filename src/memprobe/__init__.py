@@ -9,6 +9,8 @@ True
 
 from ._errors import ConfigError
 from ._errors import KeyCollisionError
+from ._errors import LeakError
+from ._errors import LeakWarning
 from ._errors import MemprobeError
 from ._errors import MemprobeWarning
 from ._errors import MetricValueError
@@ -29,6 +31,12 @@ from ._sinks import JsonlSink
 from ._sinks import Sink
 from .hookspecs import hookimpl
 from .hookspecs import hookspec
+from .leaks import Report
+from .leaks import Verdict
+from .leaks import analyze
+from .leaks import analyze_samples
+from .leaks import assert_no_leak
+from .leaks import check_leaks
 
 __version__ = "0.1.0"
 
@@ -37,6 +45,8 @@ __all__ = [
     "ConfigError",
     "JsonlSink",
     "KeyCollisionError",
+    "LeakError",
+    "LeakWarning",
     "MemprobeError",
     "MemprobeWarning",
     "MetricValueError",
@@ -45,9 +55,15 @@ __all__ = [
     "ProbeFailedWarning",
     "ProbeInfo",
     "Prober",
+    "Report",
     "Sample",
     "Sink",
     "SiteMap",
+    "Verdict",
+    "analyze",
+    "analyze_samples",
+    "assert_no_leak",
+    "check_leaks",
     "flatten",
     "get_plugin_manager",
     "hookimpl",

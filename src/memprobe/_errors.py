@@ -88,3 +88,25 @@ class ProbeFailedWarning(MemprobeWarning):
 
 class PluginWarning(MemprobeWarning):
     """A plugin could not be loaded or registered something twice."""
+
+
+class LeakWarning(MemprobeWarning):
+    """A Prober's leak alarm: a metric grows faster than its threshold."""
+
+
+class LeakError(MemprobeError, AssertionError):
+    """Memory kept growing over repeated calls (``memprobe.assert_no_leak``).
+
+    ``report`` is the :class:`memprobe.leaks.Report` with every verdict.
+    """
+
+    def __init__(self, message: str, report: object = None) -> None:
+        self.message = message
+        self.report = report
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.message, None))
