@@ -66,7 +66,24 @@ def _keep(filters: Sequence[tracemalloc.BaseFilter]) -> Callable[[int, Any], boo
             return False
         return not (exclude and any(not f._match(trace) for f in exclude))
 
-    return keep
+    simple = all(
+        type(f) is tracemalloc.Filter and not f.all_frames and f.domain is None for f in filters
+    )
+    if not simple:
+        return keep
+    # The decision depends on the most recent frame only; with no lineno in any
+    # filter, on its filename only: decide once per filename (fnmatch is slow).
+    by_name = all(f.lineno is None for f in filters)
+    cache: dict[Any, bool] = {}
+
+    def keep_cached(domain: int, tb: Any) -> bool:
+        k = tb[0][0] if by_name else tb[0]
+        r = cache.get(k)
+        if r is None:
+            r = cache[k] = keep(0, (tb[0],))
+        return r
+
+    return keep_cached
 
 
 def stats_from_traces(
