@@ -179,6 +179,9 @@ class Prober:
         max_site_keys: int = 100,
         load_entrypoints: bool = True,
         plugin_manager: pluggy.PluginManager | None = None,
+        on_leak: Callable[[Any], None] | str | None = None,
+        leak_check_every: int = 50,
+        leak_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.every = _check_int("every", every, 1)
         self.interval_seconds = _check_seconds("interval_seconds", interval_seconds)
@@ -225,6 +228,15 @@ class Prober:
         self._hook_errors: dict[str, int] = {}
         self._derive_hooks = False
         self._end_hooks = False
+        # Leak alarm (memprobe.leaks): "warn" issues a LeakWarning, a callable
+        # gets each new leaking Verdict; checked every leak_check_every samples.
+        if on_leak is not None and on_leak != "warn" and not callable(on_leak):
+            raise ConfigError("on_leak", f"must be a callable or 'warn', got {on_leak!r}")
+        self._on_leak = on_leak
+        self._leak_every = _check_int("leak_check_every", leak_check_every, 1)
+        self._leak_options = dict(leak_options or {})
+        self._leak_alarmed: set[str] = set()
+        self._leak_samples = 0
 
     # -- names ----------------------------------------------------------------
     @property
@@ -415,7 +427,30 @@ class Prober:
                 self.sink.write(sample)
             if self._end_hooks:
                 self._end(sample)
+            if self._on_leak is not None:
+                self._leak_samples += 1
+                if self._leak_samples % self._leak_every == 0:
+                    self._check_leaks()
             return values
+
+    def _check_leaks(self) -> None:
+        """The leak alarm: never raises into the caller's loop."""
+        try:
+            from ._errors import LeakWarning
+
+            report = self.report(**self._leak_options)
+            for v in report.leaks:
+                if v.key in self._leak_alarmed:
+                    continue
+                self._leak_alarmed.add(v.key)
+                if self._on_leak == "warn":
+                    warnings.warn(f"memprobe: leak: {v.describe()}", LeakWarning, stacklevel=4)
+                else:
+                    self._on_leak(v)  # type: ignore[operator]
+        except Warning:
+            raise  # warnings turned into errors by the user's filters are theirs
+        except Exception as exc:
+            self._hook_failed("leak_alarm", "on_leak", exc)
 
     def _hook_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
         first = plugin not in self._hook_errors
@@ -455,6 +490,18 @@ class Prober:
                 self._hook_failed(impl.plugin_name, "memprobe_sample_end", exc)
 
     # -- reading back -----------------------------------------------------------
+    def report(self, **options: Any) -> Any:
+        """Leak verdicts on this Prober's ``history``: a :class:`memprobe.leaks.Report`.
+
+        Options go to :func:`memprobe.leaks.analyze_samples` (``thresholds``,
+        ``warmup``, ``min_points``...).
+        """
+        from .leaks import analyze_samples
+
+        with self._lock:
+            samples = list(self.history)
+        return analyze_samples(samples, **options)
+
     def series(self, key: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` for one metric over ``history``; x is the step, or the sample index."""
         xs: list[float] = []
