@@ -93,7 +93,7 @@ def test_bad_options_name_the_culprit(kwargs: dict, option: str) -> None:
 
 
 def test_bad_series_named() -> None:
-    with pytest.raises(memprobe.ConfigError, match="rss.*2 x values but 3"):
+    with pytest.raises(memprobe.ConfigError, match=r"rss.*2 x values but 3"):
         memprobe.analyze([0, 1], [0, 1, 2], key="rss")
     with pytest.raises(memprobe.ConfigError, match="nan"):
         memprobe.analyze([0, 1, 2], [0, float("nan"), 2])

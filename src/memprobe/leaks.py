@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import gc
 import math
+import os
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -118,8 +120,7 @@ class Verdict:
         s = f"{self.key}: {self.status}"
         if self.status != "insufficient":
             s += (
-                f", {self.slope_per_step:+.4g}/step "
-                f"[{self.slope_low:+.4g}, {self.slope_high:+.4g}]"
+                f", {self.slope_per_step:+.4g}/step [{self.slope_low:+.4g}, {self.slope_high:+.4g}]"
             )
             if self.rate_per_hour is not None:
                 s += f", {self.rate_per_hour:+.4g}/hour"
@@ -180,9 +181,7 @@ class Report:
             leaking = [v for v in group if v.leak]
             if leaking:
                 lines.append(f"growing {title}:")
-                lines += [
-                    f"  {_name(v.key)}: {v.slope_per_step:+.4g}/step" for v in leaking[:10]
-                ]
+                lines += [f"  {_name(v.key)}: {v.slope_per_step:+.4g}/step" for v in leaking[:10]]
         return "\n".join(lines) if lines else "no metrics to judge"
 
 
@@ -376,9 +375,7 @@ def analyze(
         if dt > 0:
             rate = slope * (ux[-1] - ux[0]) / dt * 3600.0
     leak = low > threshold_per_step and growth > effect_sigmas * sigma and slope > 0
-    return Verdict(
-        key, "leak" if leak else "ok", slope, low, high, rate, used, k, growth, sigma
-    )
+    return Verdict(key, "leak" if leak else "ok", slope, low, high, rate, used, k, growth, sigma)
 
 
 # -- many metrics ----------------------------------------------------------------
@@ -456,10 +453,7 @@ def analyze_samples(
     sites_r, types_r = rank(site_v), rank(type_v)
     leaking_sites = tuple(_name(v.key) for v in sites_r if v.leak)
     leaking_types = tuple(_name(v.key) for v in types_r if v.leak)
-    traced_leaks = any(
-        v.leak for k, v in verdicts.items() if _short(k) == "tracemalloc/traced_bytes"
-    )
-    has_traced = any(_short(k) == "tracemalloc/traced_bytes" for k in verdicts)
+    traced = next((v for k, v in verdicts.items() if _short(k) == "tracemalloc/traced_bytes"), None)
     for k, v in list(verdicts.items()):
         short = _short(k)
         culprits: tuple[str, ...] = ()
@@ -471,11 +465,20 @@ def analyze_samples(
         elif short == "process/num_fds" and v.leak:
             note = "file descriptors: files, sockets or pipes opened and never closed"
         elif short in ("process/rss_bytes", "process/uss_bytes", "process/pss_bytes") and v.leak:
-            if traced_leaks:
+            # Python allocations explain rss growth only if traced bytes grow at
+            # a comparable rate; otherwise the memory is native (C extensions, malloc).
+            if (
+                traced is not None
+                and traced.leak
+                and traced.slope_per_step >= 0.1 * v.slope_per_step
+            ):
                 culprits = leaking_sites
                 note = "Python allocations (tracemalloc grew too)"
-            elif has_traced:
-                note = "native memory: rss grew but tracemalloc's traced bytes did not"
+            elif traced is not None:
+                note = (
+                    "native memory: rss grew but tracemalloc's traced bytes did not "
+                    f"(traced {traced.slope_per_step:+.4g}/step)"
+                )
             else:
                 culprits = leaking_types
         if culprits or note:
@@ -498,6 +501,7 @@ def check_leaks(
     repeats: int = 50,
     warmup: str | int | None = 5,
     probes: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None = None,
+    tracemalloc_top: int | None = 20,
     collect: bool = True,
     thresholds: Mapping[str, float] | None = None,
     **options: Any,
@@ -505,33 +509,62 @@ def check_leaks(
     """Call ``fn()`` ``repeats`` times, sampling after each call, and judge the series.
 
     :param warmup: calls whose samples are dropped (an int), ``"auto"`` or None.
-    :param probes: default process + tracemalloc (top 20 sites); add
-        ``"objects"`` to rank types too.
+    :param probes: Prober probes sampled after each call (default: process);
+        add ``"objects"`` to rank types too.
+    :param tracemalloc_top: trace allocations and judge the ``N`` largest sites
+        (None: do not trace). ``tracemalloc/traced_bytes`` is then the bytes
+        traced *outside memprobe's own files*, so the samples this function
+        keeps do not look like a leak.
     :param collect: ``gc.collect()`` before each sample, so garbage in cycles
         does not look like growth.
     :param thresholds: tolerated growth per call, by metric (see :func:`analyze_samples`).
     """
-    from ._prober import Prober
+    from ._prober import Prober, Sample
+    from ._sitestats import default_filters, site_stats
+    from .probes.tracemalloc import acquire_tracing, release_tracing
 
     if not callable(fn):
         raise ConfigError("fn", f"must be callable, got {fn!r}")
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 3:
         raise ConfigError("repeats", f"must be an int >= 3, got {repeats!r}")
+    if tracemalloc_top is not None and (
+        not isinstance(tracemalloc_top, int) or tracemalloc_top < 1
+    ):
+        raise ConfigError(
+            "tracemalloc_top", f"must be None or an int >= 1, got {tracemalloc_top!r}"
+        )
     if probes is None:
-        probes = {"process": {}, "tracemalloc": {"top": 20}}
+        probes = ["process"]
     opts = dict(options)
     dropped = warmup if isinstance(warmup, int) else 0
     opts.setdefault("min_points", min(20, max(3, repeats - dropped)))
-    prober = Prober(probes, history=repeats + 1, load_entrypoints=False)
-    with prober:
-        if collect:
-            gc.collect()
-        for i in range(repeats):
-            fn()
+    prober = Prober(probes, history=1, load_entrypoints=False)
+    filters = default_filters()
+    samples: list[Sample] = []
+    if tracemalloc_top is not None:
+        acquire_tracing(1)
+    try:
+        with prober:
             if collect:
                 gc.collect()
-            prober.sample(step=i, force=True)
-    return analyze_samples(prober.history, thresholds=thresholds, warmup=warmup, **opts)
+            for i in range(repeats):
+                fn()
+                if collect:
+                    gc.collect()
+                values: dict[str, float] = dict(prober.sample(step=i, force=True))
+                if tracemalloc_top is not None:
+                    stats = site_stats("lineno", filters)
+                    values["memprobe/tracemalloc/traced_bytes"] = sum(
+                        sz for sz, _ in stats.values()
+                    )
+                    ranked = sorted(stats.items(), key=lambda kv: -kv[1][0])[:tracemalloc_top]
+                    for site, (sz, _) in ranked:
+                        values[f"memprobe/tracemalloc/top/{site}/size_bytes"] = sz
+                samples.append(Sample(time.time(), i, os.getpid(), values))  # type: ignore[arg-type]
+    finally:
+        if tracemalloc_top is not None:
+            release_tracing()
+    return analyze_samples(samples, thresholds=thresholds, warmup=warmup, **opts)
 
 
 def assert_no_leak(
@@ -561,7 +594,7 @@ def assert_no_leak(
     ):
         raise ConfigError("max_growth_bytes", f"must be a number >= 0, got {max_growth_bytes!r}")
     if probes is None:
-        probes = {"process": {}, "tracemalloc": {"top": 20}}
+        probes = {"process": {}}
         if "objects/total_count" in metrics:
             probes["objects"] = {"top": 20}
     n_used = max(1, repeats - (warmup if isinstance(warmup, int) else 0))
@@ -581,8 +614,7 @@ def _leak_message(failing: list[Verdict], report: Report, repeats: int, max_grow
     for v in failing:
         lines.append(
             f"  {_short(v.key)}: {v.slope_per_step:+.1f}/call, "
-            f"+{v.growth:.0f} over {v.n_points} calls"
-            + (f" ({v.note})" if v.note else "")
+            f"+{v.growth:.0f} over {v.n_points} calls" + (f" ({v.note})" if v.note else "")
         )
     sus = [v for v in (*report.sites, *report.types) if v.leak][:10]
     if sus:

@@ -1,0 +1,109 @@
+"""Real leaks of three kinds, each caught by the probe that can see it."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import sys
+
+import pytest
+
+import memprobe
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs libc, /proc")
+
+
+def test_native_malloc_leak_shows_in_rss_not_tracemalloc() -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    held: list[int] = []
+
+    def leak() -> None:
+        p = libc.malloc(256 * 1024)
+        libc.memset(p, 1, 256 * 1024)  # touch the pages so they count in rss
+        held.append(p)
+
+    try:
+        report = memprobe.check_leaks(leak, repeats=40, warmup=3)
+    finally:
+        for p in held:
+            libc.free(p)
+    rss = report.get("process/rss_bytes")
+    traced = report.get("tracemalloc/traced_bytes")
+    assert rss is not None and rss.leak, report
+    assert rss.slope_per_step == pytest.approx(256 * 1024, rel=0.2)
+    # Python-side bookkeeping (the list of pointers) is all tracemalloc sees.
+    assert traced is not None and traced.slope_per_step < 1000, report
+    assert "native memory" in rss.note
+    assert "process/rss_bytes" in report.grew
+
+
+def test_fd_leak_shows_in_num_fds(tmp_path) -> None:
+    opened: list[int] = []
+
+    def leak() -> None:
+        opened.append(os.open(tmp_path / "f.txt", os.O_RDONLY | os.O_CREAT))
+
+    try:
+        report = memprobe.check_leaks(leak, repeats=30, warmup=0, tracemalloc_top=None)
+    finally:
+        for fd in opened:
+            os.close(fd)
+    fds = report.get("process/num_fds")
+    assert fds is not None and fds.leak and fds.slope_per_step == 1.0
+    assert report.grew == ["process/num_fds"], report
+    assert "file descriptors" in fds.note
+
+
+class Retained:
+    """A type only this test creates."""
+
+    def __init__(self) -> None:
+        self.payload = [0] * 4
+
+
+def test_retained_objects_show_in_objects_probe_with_the_type() -> None:
+    keep: list[Retained] = []
+
+    def leak() -> None:
+        keep.extend(Retained() for _ in range(200))
+
+    report = memprobe.check_leaks(
+        leak, repeats=25, warmup=2, probes={"objects": {"top": 30}, "process": {}}
+    )
+    objs = report.get("objects/total_count")
+    assert objs is not None and objs.leak
+    assert objs.slope_per_step >= 200
+    names = objs.culprits
+    assert any(n.endswith("Retained") for n in names[:3]), names
+    assert "objects/total_count" in report.grew
+
+
+def test_python_leak_names_the_line() -> None:
+    cache: list[bytes] = []
+
+    def leak() -> None:
+        cache.append(bytes(50_000))  # the leaking line
+
+    line = leak.__code__.co_firstlineno + 1
+
+    report = memprobe.check_leaks(leak, repeats=30, warmup=2)
+    traced = report.get("tracemalloc/traced_bytes")
+    assert traced is not None and traced.leak
+    assert traced.culprit is not None and traced.culprit.endswith(f"test_leaks_real.py:{line}"), (
+        traced.culprits
+    )
+
+
+def test_no_leak_is_ok() -> None:
+    def fine() -> None:
+        data = [bytes(1000) for _ in range(100)]
+        del data
+
+    report = memprobe.check_leaks(fine, repeats=30, warmup=3)
+    assert not report.get("tracemalloc/traced_bytes").leak, report
+    memprobe.assert_no_leak(fine, repeats=30)
