@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import queue
 import threading
 import time
 import traceback
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 
 import pluggy
 
-from ._errors import ConfigError, MetricValueError, ProbeFailedWarning
+from ._errors import ConfigError, MetricValueError, ProbeError, ProbeFailedWarning
 from ._flatten import KeyCap, Number, _check_number, flatten, sanitize_key
 from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
 from ._sinks import JsonlSink, Sink
@@ -26,6 +27,60 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_PROBES = ("process", "gc")
 #: Options every probe accepts in ``probes={name: {...}}``, handled by the Prober.
 SCHEDULE_OPTIONS = ("every", "interval_seconds")
+#: Options every probe accepts that guard the caller against a hostile probe.
+GUARD_OPTIONS = ("time_limit_seconds", "isolate", "max_keys")
+#: The most keys one probe may return in one sample unless its ``max_keys`` says otherwise.
+DEFAULT_MAX_KEYS = 10_000
+
+
+class _Worker:
+    """A daemon thread that runs an isolated probe's calls, so a hang can be abandoned."""
+
+    __slots__ = ("_pid", "_queue", "abandoned", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: queue.SimpleQueue[Any] | None = None
+        self._pid = -1
+        self.abandoned = False
+
+    def call(self, fn: Callable[[], Any], timeout: float) -> Any:
+        """``fn()`` in the worker thread; ``TimeoutError`` if it takes over ``timeout`` s."""
+        if self._queue is None or self._pid != os.getpid():  # first call, or forked since
+            self._queue = queue.SimpleQueue()
+            self._pid = os.getpid()
+            threading.Thread(
+                target=self._run, args=(self._queue,), name=f"memprobe-{self.name}", daemon=True
+            ).start()
+        box: list[Any] = [None, None]
+        done = threading.Event()
+        self._queue.put((fn, box, done))
+        if not done.wait(timeout):
+            self.abandoned = True
+            self._queue = None  # the hung thread keeps its queue; nothing more is sent to it
+            raise TimeoutError(f"did not return within {timeout:g} s")
+        if box[1] is not None:
+            raise box[1]
+        return box[0]
+
+    @staticmethod
+    def _run(q: queue.SimpleQueue[Any]) -> None:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            fn, box, done = item
+            try:
+                box[0] = fn()
+            except BaseException as exc:  # handed to the caller, who decides
+                box[1] = exc
+            done.set()
+            del item, fn, box, done
+
+    def close(self) -> None:
+        if self._queue is not None and self._pid == os.getpid():
+            self._queue.put(None)
+        self._queue = None
 
 
 @dataclass(frozen=True)
@@ -63,13 +118,21 @@ class _Slot:
         "interval_seconds",
         "last_call",
         "last_time",
+        "max_keys",
         "name",
         "probe",
         "started",
+        "time_limit",
+        "timeouts_count",
         "warned",
+        "worker",
     )
 
     def __init__(self, name: str, probe: Any, every: int, interval_seconds: float) -> None:
+        self.time_limit: float | None = None
+        self.max_keys = DEFAULT_MAX_KEYS
+        self.timeouts_count = 0
+        self.worker: _Worker | None = None
         self.name = name
         self.probe = probe
         self.every = every
@@ -82,6 +145,33 @@ class _Slot:
         self.disabled = False
         self.started = False
         self.warned = False
+
+
+def _check_limit(option: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(option, f"must be a number of seconds > 0, got {value!r}")
+    if value == float("inf"):
+        raise ConfigError(option, "must be finite; leave it out for no limit")
+    return float(value)
+
+
+def _guard_options(
+    name: str, opts: dict[str, Any], default_limit: float | None
+) -> tuple[float | None, int, bool]:
+    """Pop and check a probe's guard options: (time limit, max keys, isolate)."""
+    limit = opts.pop("time_limit_seconds", default_limit)
+    if limit is not None:
+        limit = _check_limit(f"probes.{name}.time_limit_seconds", limit)
+    max_keys = _check_int(f"probes.{name}.max_keys", opts.pop("max_keys", DEFAULT_MAX_KEYS), 1)
+    isolate = opts.pop("isolate", False)
+    if not isinstance(isolate, bool):
+        raise ConfigError(f"probes.{name}.isolate", f"must be a bool, got {isolate!r}")
+    if isolate and limit is None:
+        raise ConfigError(
+            f"probes.{name}.isolate",
+            "needs a time limit: give time_limit_seconds (for the probe or the Prober)",
+        )
+    return limit, max_keys, isolate
 
 
 def parse_probes(
@@ -162,6 +252,15 @@ class Prober:
         the rest are summed into ``.../other``.
     :param load_entrypoints: load third-party probes from the ``memprobe`` entry points.
     :param plugin_manager: use this plugin manager instead of a new one.
+    :param time_limit_seconds: the default per-probe time limit (``None``: none).
+        A probe whose ``sample()`` takes longer has its values dropped, counted
+        in ``memprobe/errors/<probe>`` and ``memprobe/timeouts/<probe>``.
+
+    Every probe also takes the guard options ``time_limit_seconds``, ``max_keys``
+    (most keys one sample may return, default 10,000; over it the sample is an
+    error) and ``isolate`` (run the probe in a worker thread, so that a probe
+    which hangs past its time limit is abandoned and disabled instead of
+    blocking the caller; needs a time limit; costs a thread hand-off per sample).
     """
 
     def __init__(
@@ -179,10 +278,13 @@ class Prober:
         max_site_keys: int = 100,
         load_entrypoints: bool = True,
         plugin_manager: pluggy.PluginManager | None = None,
+        time_limit_seconds: float | None = None,
         on_leak: Callable[[Any], None] | str | None = None,
         leak_check_every: int = 50,
         leak_options: Mapping[str, Any] | None = None,
     ) -> None:
+        if time_limit_seconds is not None:
+            time_limit_seconds = _check_limit("time_limit_seconds", time_limit_seconds)
         self.every = _check_int("every", every, 1)
         self.interval_seconds = _check_seconds("interval_seconds", interval_seconds)
         if budget is not None and (
@@ -210,7 +312,12 @@ class Prober:
                 f"probes.{name}.interval_seconds",
                 opts.pop("interval_seconds", self.interval_seconds),
             )
-            self._slots.append(_Slot(name, build_probe(info, opts), p_every, p_interval))
+            guard = _guard_options(name, opts, time_limit_seconds)
+            slot = _Slot(name, build_probe(info, opts), p_every, p_interval)
+            slot.time_limit, slot.max_keys, isolate = guard
+            if isolate:
+                slot.worker = _Worker(name)
+            self._slots.append(slot)
         if sink is None or hasattr(sink, "write"):
             self.sink: Sink | None = sink  # type: ignore[assignment]
         elif isinstance(sink, (str, os.PathLike)):
@@ -265,7 +372,28 @@ class Prober:
                 self._start_slot(slot)
         return self
 
+    def _isolated_sample(self, slot: _Slot) -> Any:
+        worker, limit = slot.worker, slot.time_limit
+        assert worker is not None and limit is not None
+        if not slot.started:
+            worker.call(slot.probe.start, limit)
+            slot.started = True
+        return worker.call(slot.probe.sample, limit)
+
+    def _stop_isolated(self, slot: _Slot) -> None:
+        worker, limit = slot.worker, slot.time_limit
+        assert worker is not None and limit is not None
+        if slot.started and not worker.abandoned:  # an abandoned probe may still be running
+            try:
+                worker.call(slot.probe.stop, limit)
+            except Exception as exc:
+                self._fail(slot, exc, "stop")
+        slot.started = False
+        worker.close()
+
     def _start_slot(self, slot: _Slot) -> None:
+        if slot.worker is not None:  # started lazily, in its thread, at the first sample
+            return
         try:
             slot.probe.start()
             slot.started = True
@@ -279,7 +407,9 @@ class Prober:
                 return
             self._started = False
             for slot in self._slots:
-                if slot.started:
+                if slot.worker is not None:
+                    self._stop_isolated(slot)
+                elif slot.started:
                     slot.started = False
                     try:
                         slot.probe.stop()
@@ -378,20 +508,43 @@ class Prober:
                     continue
                 t1 = time.perf_counter()
                 try:
-                    if not slot.started:
-                        slot.probe.start()
-                        slot.started = True
-                    res = slot.probe.sample()
+                    if slot.worker is None:
+                        if not slot.started:
+                            slot.probe.start()
+                            slot.started = True
+                        res = slot.probe.sample()
+                    else:
+                        res = self._isolated_sample(slot)
                     if not isinstance(res, Mapping):
                         raise MetricValueError(
                             slot.name, f"sample() returned {type(res).__name__}, not a mapping"
                         )
+                    if len(res) > slot.max_keys:
+                        raise MetricValueError(
+                            slot.name, f"sample() returned {len(res)} keys, over max_keys="
+                            f"{slot.max_keys}; the sample is dropped",
+                        )
                     flat = flatten({slot.name: res}, prefix=self.prefix, key_cap=self.key_cap)
-                except Exception as exc:
-                    self._fail(slot, exc, "sample")
+                    if len(flat) > slot.max_keys:
+                        raise MetricValueError(
+                            slot.name, f"sample() flattened to {len(flat)} keys, over max_keys="
+                            f"{slot.max_keys}; the sample is dropped",
+                        )
+                except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end the job
+                    if slot.worker is not None and slot.worker.abandoned:
+                        slot.timeouts_count += 1
+                        self._fail(slot, exc, "sample", fatal=True)
+                    else:
+                        self._fail(slot, exc, "sample")
                     flat = None
                 t2 = time.perf_counter()
                 cost = t2 - t1
+                if flat is not None and slot.time_limit is not None and cost > slot.time_limit:
+                    slot.timeouts_count += 1
+                    flat = None
+                    self._fail(slot, ProbeError(
+                        slot.name, f"sample() took {cost:.3g} s, over its time limit of "
+                        f"{slot.time_limit:g} s; its values are dropped"), "sample")
                 slot.cost_seconds = cost if not slot.cost_seconds else (
                     0.8 * slot.cost_seconds + 0.2 * cost
                 )
@@ -409,6 +562,8 @@ class Prober:
             for slot in self._slots:
                 if slot.errors_count:
                     values[f"{p}errors/{slot.name}"] = slot.errors_count
+                    if slot.timeouts_count:
+                        values[f"{p}timeouts/{slot.name}"] = slot.timeouts_count
             for name, n in self._hook_errors.items():
                 values[f"{p}errors/{name}"] = n
             for slot, cost in ran:
@@ -424,7 +579,10 @@ class Prober:
             sample = Sample(time.time(), step, os.getpid(), values)
             self.history.append(sample)
             if self.sink is not None:
-                self.sink.write(sample)
+                try:
+                    self.sink.write(sample)
+                except Exception as exc:  # a user's sink; JsonlSink reports its own errors
+                    self._hook_failed("sink", "write", exc)
             if self._end_hooks:
                 self._end(sample)
             if self._on_leak is not None:
