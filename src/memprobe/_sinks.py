@@ -62,7 +62,9 @@ class JsonlSink:
             f = self._file if self._pid == os.getpid() else None
             if f is None:
                 f = self._open()
-            record: dict[str, Any] = {"time": sample.time_seconds, "step": sample.step, "pid": sample.pid}
+            record: dict[str, Any] = {
+                "time": sample.time_seconds, "step": sample.step, "pid": sample.pid
+            }
             record.update(self.tags)
             record["values"] = sample.values
             f.write(json.dumps(record, separators=(",", ":")) + "\n")

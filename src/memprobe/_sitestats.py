@@ -13,7 +13,6 @@ import os
 import tracemalloc
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from operator import itemgetter
 from typing import Any
 
 try:
@@ -160,7 +159,7 @@ def stats_from_snapshot(
 ) -> Stats:
     """``snap.filter_traces(filters).statistics(group_by)`` as ``{site: (size, count)}``."""
     if filters:
-        snap = snap.filter_traces(list(filters))
+        snap = snap.filter_traces(list(filters))  # type: ignore[arg-type]
     out: Stats = {}
     for st in snap.statistics(group_by):
         key = site_key(st.traceback if group_by == "traceback" else st.traceback[:1])

@@ -42,7 +42,7 @@ class ProcessProbe:
     ``/proc/self/fd`` (Linux 6.2+; ``listdir`` before) and threads with one
     of ``/proc/self/task``; elsewhere it uses one reused
     ``psutil.Process``. ``full=True`` adds USS/PSS/swap from
-    ``memory_full_info()``, which reads smaps and costs 0.2–3 ms.
+    ``memory_full_info()``, which reads smaps and costs 0.2-3 ms.
     """
 
     metrics = {
@@ -121,7 +121,8 @@ class ProcessProbe:
     def sample(self) -> dict[str, int]:
         if self._opened_in != os.getpid():  # started lazily, or forked since
             self._opened_in = -1
-            self._statm = self._stat = self._fd_dirfd = self._task_fd = -1  # the parent's fds: do not close them
+            # the parent's fds: do not close them
+            self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
             self._open()
         if self._statm >= 0:
             out = self._sample_proc()

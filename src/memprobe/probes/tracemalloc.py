@@ -60,7 +60,9 @@ class TracemallocProbe:
         "blocks_count": "live traced blocks (after filters), count",
         "top/<site>/size_bytes": "live bytes allocated at the site, bytes",
         "top/<site>/count": "live blocks allocated at the site, count",
-        "growth/<site>/size_bytes": "change of the site's live bytes since the previous sample, bytes",
+        "growth/<site>/size_bytes": (
+            "change of the site's live bytes since the previous sample, bytes"
+        ),
         "growth/<site>/count": "change of the site's live blocks since the previous sample, count",
         "window_active": "windowed mode: 1 while a tracing window is open, else 0",
         "survivors_bytes": "windowed mode, at a window's end: bytes allocated in the window "
@@ -88,7 +90,9 @@ class TracemallocProbe:
             raise ConfigError(
                 "tracemalloc.group_by", f"must be 'lineno' or 'traceback', got {group_by!r}"
             )
-        if isinstance(exclude, str) or not all(isinstance(p, str) for p in exclude):
+        if isinstance(exclude, str) or not all(  # type: ignore[unreachable]
+            isinstance(p, str) for p in exclude
+        ):
             raise ConfigError(
                 "tracemalloc.exclude", f"must be a list of filename patterns, got {exclude!r}"
             )
