@@ -24,21 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import ConfigError, MemprobeError
+from .leaks import DEFAULT_METRICS
 
 PROG = "memprobe"
 
-#: Whole-process metrics the report summarizes, in this order, when present.
-MAIN_METRICS = (
-    "process/rss_bytes",
-    "process/vms_bytes",
-    "process/uss_bytes",
-    "process/pss_bytes",
-    "process/num_fds",
-    "process/num_threads",
-    "tracemalloc/traced_bytes",
-    "objects/total_count",
-    "gc/garbage_count",
-)
+#: Whole-process metrics the report summarizes, in this order, when present:
+#: the ones the leak verdicts judge.
+MAIN_METRICS = DEFAULT_METRICS
 #: Metrics drawn by ``--plot``, one panel each, when present.
 PLOT_METRICS = ("process/rss_bytes", "tracemalloc/traced_bytes", "process/num_fds",
                 "objects/total_count")
