@@ -95,8 +95,15 @@ def main() -> None:
     args = parser.parse_args()
     t0 = time.perf_counter()
     result = measure(args.variants, args.pairs, args.steps)
-    print(f"PPO CartPole-v1 EnvRunner, {args.pairs} interleaved pairs of {args.steps} steps "
-          f"({time.perf_counter() - t0:.0f} s)")
+    print_table(result, args.pairs, args.steps, time.perf_counter() - t0)
+
+
+def print_table(
+    result: dict[str, float], pairs: int, steps: int, seconds: float, extra: str = ""
+) -> None:
+    """Print the median steps/s ratio of each variant against no callback."""
+    print(f"PPO CartPole-v1 EnvRunner, {pairs} interleaved pairs of {steps} steps "
+          f"({seconds:.0f} s){extra}")
     print(f"{'variant':<12}{'median steps/s ratio vs none':>30}")
     for n, ratio in result.items():
         print(f"{n:<12}{ratio:>30.3f}")

@@ -72,11 +72,8 @@ def main() -> None:
     result: dict[str, float] = {}
     for name in args.variants:  # one variant at a time: tracemalloc is process-wide
         result.update(ro.measure([name], args.pairs, args.steps))
-    print(f"PPO CartPole-v1 EnvRunner, {args.pairs} interleaved pairs of {args.steps} steps "
-          f"({time.perf_counter() - t0:.0f} s); windowed = {WINDOW}")
-    print(f"{'variant':<12}{'median steps/s ratio vs none':>30}")
-    for n, ratio in result.items():
-        print(f"{n:<12}{ratio:>30.3f}")
+    ro.print_table(result, args.pairs, args.steps, time.perf_counter() - t0,
+                   f"; windowed = {WINDOW}")
 
 
 if __name__ == "__main__":
