@@ -26,6 +26,12 @@ MAX_DEPTH = 12
 
 OTHER = "other"
 
+#: The range of int values: what 64-bit metric backends store (int64 and uint64).
+#: A larger int (a hostile probe's ``10**5000``) is an error, not a value that
+#: breaks the JSONL sink or a backend later.
+INT_MIN = -(2**63)
+INT_MAX = 2**64 - 1
+
 
 class SiteMap(dict):  # type: ignore[type-arg]
     """A mapping whose keys are open-ended names: allocation sites, type names.
@@ -125,13 +131,17 @@ def _check_number(key: str, value: Any) -> Number:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
-        return value
+        if INT_MIN <= value <= INT_MAX:
+            return value
+        raise MetricValueError(
+            key, f"int of {value.bit_length()} bits is outside the 64-bit range of metric values"
+        )
     if isinstance(value, float):
         if not math.isfinite(value):
             raise MetricValueError(key, f"value {value!r} is not finite")
         return value
     if isinstance(value, numbers.Integral):
-        return int(value)
+        return _check_number(key, int(value))
     if isinstance(value, numbers.Real):
         f = float(value)
         if not math.isfinite(f):
@@ -156,6 +166,7 @@ def flatten(
     prefix: str = "memprobe",
     sep: str = "/",
     key_cap: KeyCap | None = None,
+    max_keys: int | None = None,
 ) -> dict[str, Number]:
     """Flatten nested probe results into ``{"<prefix>/<probe>/<metric>": number}``.
 
@@ -167,6 +178,8 @@ def flatten(
     :param prefix: the first key component; ``""`` for none.
     :param sep: the separator between components.
     :param key_cap: caps distinct keys under every :class:`SiteMap`.
+    :param max_keys: give up (``MetricValueError``) as soon as the result, or
+        one container in ``data``, has more entries than this.
     :raises MetricValueError: a value is not a finite number, or a key is not a
         string; the message names the key.
     :raises KeyCollisionError: two inputs sanitize to the same key; names both.
@@ -181,7 +194,7 @@ def flatten(
     out: dict[str, Number] = {}
     sources: dict[str, str] = {}
     root = sanitize_key(prefix) if prefix else ""
-    _walk(data, root, "", sep, out, sources, key_cap, 0)
+    _walk(data, root, "", sep, out, sources, key_cap, 0, max_keys)
     if type(data) is dict:
         plan = _make_plan(data, out, root, sep, 0)
         if plan is not None:
@@ -241,7 +254,7 @@ def _run_plan(node: dict[Any, Any], plan: Plan, out: dict[str, Number]) -> bool:
         v = node[k]
         if okey is not None:
             t = type(v)
-            if t is int or (t is float and _isfinite(v)):
+            if (t is int and INT_MIN <= v <= INT_MAX) or (t is float and _isfinite(v)):
                 out[okey] = v
             else:
                 return False
@@ -284,9 +297,12 @@ def _walk(
     sources: dict[str, str],
     cap: KeyCap | None,
     depth: int,
+    limit: int | None = None,
 ) -> None:
     if depth > MAX_DEPTH:
         raise MetricValueError(src, f"nested deeper than {MAX_DEPTH} levels")
+    if limit is not None and len(node) > limit:
+        raise MetricValueError(src or "<root>", f"has {len(node)} entries, over max_keys={limit}")
     capped = cap is not None and isinstance(node, SiteMap)
     other: dict[str, Number] = {}
     for k, v in _items(node):
@@ -301,9 +317,11 @@ def _walk(
                 other[rel] = other.get(rel, 0) + val
             continue
         if _is_container(v):
-            _walk(v, child_key, child_src, sep, out, sources, cap, depth + 1)
+            _walk(v, child_key, child_src, sep, out, sources, cap, depth + 1, limit)
         else:
             _emit(out, sources, child_key, child_src, _check_number(child_src, v))
+            if limit is not None and len(out) > limit:
+                raise MetricValueError(src or "<root>", f"flattens to over max_keys={limit} keys")
     if other:
         base = f"{key}{sep}{OTHER}" if key else OTHER
         for rel, val in other.items():

@@ -219,6 +219,11 @@ def build_probe(info: ProbeInfo, options: Mapping[str, Any]) -> Any:
         raise
     except TypeError as exc:
         raise ConfigError(f"probes.{info.name}", f"bad options {dict(options)!r}: {exc}") from exc
+    except Exception as exc:
+        raise ProbeError(
+            info.name, f"the factory from plugin {info.plugin!r} raised "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     for method in ("start", "sample", "stop"):
         if not callable(getattr(probe, method, None)):
             raise ConfigError(
@@ -524,7 +529,8 @@ class Prober:
                             slot.name, f"sample() returned {len(res)} keys, over max_keys="
                             f"{slot.max_keys}; the sample is dropped",
                         )
-                    flat = flatten({slot.name: res}, prefix=self.prefix, key_cap=self.key_cap)
+                    flat = flatten({slot.name: res}, prefix=self.prefix, key_cap=self.key_cap,
+                                   max_keys=slot.max_keys)
                     if len(flat) > slot.max_keys:
                         raise MetricValueError(
                             slot.name, f"sample() flattened to {len(flat)} keys, over max_keys="
