@@ -48,6 +48,32 @@ class ProbeInfo:
         return dict(getattr(self.factory, "metrics", {}) or {})
 
 
+# Plugin faults are reported once per process, however many Probers (each with
+# its own plugin manager) meet them: the messages already warned about.
+_REPORTED: set[str] = set()
+
+
+def _report(message: str) -> None:
+    if message in _REPORTED:
+        return
+    _REPORTED.add(message)
+    warnings.warn(message, PluginWarning, stacklevel=3)
+
+
+class _PluginManager(pluggy.PluginManager):
+    """pluggy's PluginManager that remembers which distribution each plugin came from."""
+
+    def __init__(self) -> None:
+        super().__init__(ENTRY_POINT_GROUP)
+        #: plugin name -> distribution name, for plugins loaded from entry points
+        self.distributions: dict[str, str] = {}
+
+
+def _origin(pm: pluggy.PluginManager, plugin_name: str) -> str:
+    dist = getattr(pm, "distributions", {}).get(plugin_name)
+    return f"plugin {plugin_name!r}" + (f" from distribution {dist!r}" if dist else "")
+
+
 def _disabled(extra: Iterable[str] | None) -> set[str]:
     names = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
     return names | set(extra or ())
@@ -61,11 +87,12 @@ def get_plugin_manager(
     :param load_entrypoints: load plugins from the entry-point group ``memprobe``.
     :param disable: plugin names to skip, added to those in ``MEMPROBE_DISABLE_PLUGINS``.
 
-    A plugin that fails to import, or whose entry point names something else
-    than a module or object, is reported once with a :class:`PluginWarning`
-    naming its distribution; the others still load.
+    A plugin that fails to import, whose entry point names a missing or wrong
+    object (one without memprobe hooks), whose name is taken, or whose hooks
+    do not match memprobe's, is reported once per process with a
+    :class:`PluginWarning` naming its distribution; the others still load.
     """
-    pm = pluggy.PluginManager("memprobe")
+    pm = _PluginManager()
     pm.add_hookspecs(hookspecs)
     skip = _disabled(disable)
     for name, modname in _BUILTINS.items():
@@ -76,41 +103,54 @@ def get_plugin_manager(
     return pm
 
 
-def _load_entrypoints(pm: pluggy.PluginManager, skip: set[str]) -> None:
-    seen: set[tuple[str, str]] = set()
+def _load_entrypoints(pm: _PluginManager, skip: set[str]) -> None:
+    seen: set[tuple[str, str, str]] = set()
     for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         dist = getattr(getattr(ep, "dist", None), "name", None) or "<unknown distribution>"
-        if (ep.name, ep.value) in seen:  # the same dist found twice on sys.path
+        if (dist, ep.name, ep.value) in seen:  # the same dist found twice on sys.path
             continue
-        seen.add((ep.name, ep.value))
+        seen.add((dist, ep.name, ep.value))
         if ep.name in skip:
             continue
-        if pm.has_plugin(ep.name) or pm.get_plugin(ep.name) is not None:
-            warnings.warn(
-                f"memprobe plugin {ep.name!r} from distribution {dist!r} was not loaded: "
-                f"a plugin of that name is already registered",
-                PluginWarning,
-                stacklevel=2,
-            )
+        what = f"memprobe plugin {ep.name!r} ({ep.value}) from distribution {dist!r}"
+        if pm.get_plugin(ep.name) is not None:
+            taken = pm.distributions.get(ep.name)
+            by = f"distribution {taken!r}" if taken else "memprobe (a built-in)"
+            _report(f"{what} was not loaded: a plugin of that name is already registered "
+                    f"by {by}")
             continue
         try:
             plugin = ep.load()
+        except (Exception, SystemExit) as exc:  # a plugin's import must not end the job
+            _report(f"{what} could not be imported: {type(exc).__name__}: {exc}")
+            continue
+        try:
             pm.register(plugin, name=ep.name)
         except Exception as exc:
-            warnings.warn(
-                f"memprobe plugin {ep.name!r} ({ep.value}) from distribution {dist!r} "
-                f"could not be loaded: {type(exc).__name__}: {exc}",
-                PluginWarning,
-                stacklevel=2,
-            )
+            _report(f"{what} could not be registered: {type(exc).__name__}: {exc}")
+            continue
+        callers = pm.get_hookcallers(plugin) or []
+        unknown = sorted(c.name for c in callers if not c.has_spec())
+        if unknown or not callers:
+            pm.unregister(plugin)
+            known = sorted(n for n in dir(hookspecs) if n.startswith("memprobe_"))
+            if unknown:
+                close = difflib.get_close_matches(unknown[0], known, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                why = f"implements unknown hook {unknown[0]!r}{hint}"
+            else:
+                why = f"{plugin!r} has no memprobe hooks (marked @memprobe.hookimpl)"
+            _report(f"{what} was not loaded: {why}; hooks are {', '.join(known)}")
+            continue
+        pm.distributions[ep.name] = dist
 
 
 def collect_probes(pm: pluggy.PluginManager) -> dict[str, ProbeInfo]:
     """Call every plugin's ``memprobe_register_probes`` and return the registry.
 
     A probe name registered twice keeps the first registration; the second is
-    reported with a :class:`PluginWarning` naming both plugins. A plugin
-    whose hook raises is reported and skipped.
+    reported (once per process) with a :class:`PluginWarning` naming both
+    plugins. A plugin whose hook raises is reported and skipped.
     """
     registry: dict[str, ProbeInfo] = {}
     for impl in pm.hook.memprobe_register_probes.get_hookimpls():  # registration order
@@ -122,23 +162,19 @@ def collect_probes(pm: pluggy.PluginManager) -> dict[str, ProbeInfo]:
             if not callable(factory):
                 raise ConfigError(name, f"probe factory {factory!r} is not callable")
             if name in registry:
-                warnings.warn(
-                    f"probe {name!r} registered by plugin {_plugin!r} is ignored: "
-                    f"plugin {registry[name].plugin!r} registered it first",
-                    PluginWarning,
-                    stacklevel=2,
+                _report(
+                    f"probe {name!r} registered by {_origin(pm, _plugin)} is ignored: "
+                    f"{_origin(pm, registry[name].plugin)} registered it first"
                 )
                 return
             registry[name] = ProbeInfo(name, factory, _plugin)
 
         try:
             impl.function(register=register)
-        except Exception as exc:
-            warnings.warn(
-                f"memprobe plugin {plugin_name!r} failed in memprobe_register_probes: "
-                f"{type(exc).__name__}: {exc}",
-                PluginWarning,
-                stacklevel=2,
+        except (Exception, SystemExit) as exc:
+            _report(
+                f"memprobe {_origin(pm, plugin_name)} failed in memprobe_register_probes "
+                f"and registers no probes: {type(exc).__name__}: {exc}"
             )
     return registry
 
