@@ -160,3 +160,20 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
                 prober.sample(step=i)
     with pytest.raises(memprobe.ConfigError, match="on_leak"):
         memprobe.Prober(["process"], on_leak=42)
+
+
+def test_filtered_bytes_is_judged_instead_of_traced_bytes() -> None:
+    samples = []
+    for i in range(60):
+        values = {
+            "memprobe/tracemalloc/traced_bytes": 1_000_000 + 1600 * i,  # memprobe's own history
+            "memprobe/tracemalloc/filtered_bytes": 900_000 + (i % 3) * 8,
+        }
+        samples.append(memprobe.Sample(1000.0 + i, i, 1, values))
+    report = memprobe.analyze_samples(samples)
+    assert not report.leak, report
+    assert report.get("tracemalloc/traced_bytes") is None
+    assert report.get("tracemalloc/filtered_bytes").status == "ok"
+    # Asked for by name, traced bytes are judged (and leak).
+    named = memprobe.analyze_samples(samples, metrics=["tracemalloc/traced_bytes"])
+    assert named.get("tracemalloc/traced_bytes").leak

@@ -33,7 +33,7 @@ def test_native_malloc_leak_shows_in_rss_not_tracemalloc() -> None:
         for p in held:
             libc.free(p)
     rss = report.get("process/rss_bytes")
-    traced = report.get("tracemalloc/traced_bytes")
+    traced = report.get("tracemalloc/filtered_bytes")
     assert rss is not None and rss.leak, report
     assert rss.slope_per_step == pytest.approx(256 * 1024, rel=0.2)
     # Python-side bookkeeping (the list of pointers) is all tracemalloc sees.
@@ -106,7 +106,7 @@ def test_python_leak_names_the_line() -> None:
     line = leak.__code__.co_firstlineno + 1
 
     report = memprobe.check_leaks(leak, repeats=30, warmup=2)
-    traced = report.get("tracemalloc/traced_bytes")
+    traced = report.get("tracemalloc/filtered_bytes")
     assert traced is not None and traced.leak
     assert traced.culprit is not None and traced.culprit.endswith(f"test_leaks_real.py:{line}"), (
         traced.culprits
@@ -119,5 +119,22 @@ def test_no_leak_is_ok() -> None:
         del data
 
     report = memprobe.check_leaks(fine, repeats=30, warmup=3)
-    assert not report.get("tracemalloc/traced_bytes").leak, report
+    assert not report.get("tracemalloc/filtered_bytes").leak, report
     memprobe.assert_no_leak(fine, repeats=30)
+
+
+def test_memprobe_own_history_is_not_a_python_leak() -> None:
+    # 2000 samples kept in history: traced_bytes grows with memprobe's own ring buffer,
+    # filtered_bytes (memprobe's files left out) does not, and only it is judged.
+    probes = {"gc": {}, "tracemalloc": {"top": 3, "every": 10}}
+    with memprobe.Prober(probes, history=100_000, load_entrypoints=False) as prober:
+        for _ in range(2000):
+            prober.sample()  # no step: a caller's step int, retained in history, is its own
+        report = prober.report()
+    traced = memprobe.analyze_samples(prober.history, metrics=["tracemalloc/traced_bytes"])
+    own = traced.get("tracemalloc/traced_bytes")
+    assert own is not None and own.leak and own.slope_per_step > 1000, own  # bytes per 10 samples
+    filtered = report.get("tracemalloc/filtered_bytes")
+    assert filtered is not None and filtered.status == "ok" and filtered.n_points >= 150, filtered
+    assert report.get("tracemalloc/traced_bytes") is None  # not judged when filtered exists
+    assert not report.leak, report

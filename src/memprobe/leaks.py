@@ -31,6 +31,7 @@ import gc
 import math
 import os
 import time
+import tracemalloc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -56,7 +57,9 @@ __all__ = [
 Status = Literal["leak", "ok", "insufficient"]
 
 #: Metrics judged by :func:`analyze_samples` (after the ``<prefix>/``), besides
-#: the per-site and per-type series.
+#: the per-site and per-type series. ``tracemalloc/traced_bytes`` is judged only
+#: when ``tracemalloc/filtered_bytes`` is absent (files written before it existed):
+#: traced bytes include memprobe's own history, which grows by design.
 DEFAULT_METRICS = (
     "process/rss_bytes",
     "process/vms_bytes",
@@ -64,12 +67,15 @@ DEFAULT_METRICS = (
     "process/pss_bytes",
     "process/num_fds",
     "process/num_threads",
+    "tracemalloc/filtered_bytes",
     "tracemalloc/traced_bytes",
     "objects/total_count",
     "gc/garbage_count",
 )
 
 _SITE_METRIC = ("tracemalloc/top/", "/size_bytes")
+_FILTERED = "tracemalloc/filtered_bytes"
+_TRACED = "tracemalloc/traced_bytes"
 _TYPE_METRIC = ("objects/top/", "/count")
 
 
@@ -417,7 +423,8 @@ def analyze_samples(
     """Verdicts for every metric worth judging in ``samples`` (e.g. ``prober.history``).
 
     :param metrics: short names (``process/rss_bytes``) of the whole-process
-        metrics to judge; default :data:`DEFAULT_METRICS` (those present).
+        metrics to judge; default :data:`DEFAULT_METRICS` (those present;
+        ``tracemalloc/traced_bytes`` only if ``tracemalloc/filtered_bytes`` is absent).
     :param thresholds: tolerated growth per step by metric (full key or short
         name, also ``tracemalloc/top/<site>/size_bytes``); others get
         ``threshold_per_step``.
@@ -428,6 +435,8 @@ def analyze_samples(
     samples = list(samples)
     series = _series(samples)
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
+    if metrics is None and any(_short(k) == _FILTERED for k in series):
+        wanted = tuple(m for m in wanted if m != _TRACED)
     verdicts: dict[str, Verdict] = {}
     site_v: list[Verdict] = []
     type_v: list[Verdict] = []
@@ -453,12 +462,15 @@ def analyze_samples(
     sites_r, types_r = rank(site_v), rank(type_v)
     leaking_sites = tuple(_name(v.key) for v in sites_r if v.leak)
     leaking_types = tuple(_name(v.key) for v in types_r if v.leak)
-    traced = next((v for k, v in verdicts.items() if _short(k) == "tracemalloc/traced_bytes"), None)
+    # Python-side memory: filtered bytes (memprobe's own allocations left out) if
+    # judged, else traced bytes.
+    by_short = {_short(k): v for k, v in verdicts.items()}
+    traced = by_short.get(_FILTERED, by_short.get(_TRACED))
     for k, v in list(verdicts.items()):
         short = _short(k)
         culprits: tuple[str, ...] = ()
         note = ""
-        if short == "tracemalloc/traced_bytes":
+        if short in (_FILTERED, _TRACED):
             culprits = leaking_sites
         elif short == "objects/total_count":
             culprits = leaking_types
@@ -477,7 +489,7 @@ def analyze_samples(
             elif traced is not None:
                 note = (
                     "native memory: rss grew but tracemalloc's traced bytes did not "
-                    f"(traced {traced.slope_per_step:+.4g}/step)"
+                    f"({_short(traced.key)} {traced.slope_per_step:+.4g}/step)"
                 )
             else:
                 culprits = leaking_types
@@ -512,9 +524,10 @@ def check_leaks(
     :param probes: Prober probes sampled after each call (default: process);
         add ``"objects"`` to rank types too.
     :param tracemalloc_top: trace allocations and judge the ``N`` largest sites
-        (None: do not trace). ``tracemalloc/traced_bytes`` is then the bytes
-        traced *outside memprobe's own files*, so the samples this function
-        keeps do not look like a leak.
+        (None: do not trace). ``tracemalloc/filtered_bytes``, the bytes traced
+        *outside memprobe's own files*, is judged, so the samples this function
+        keeps do not look like a leak (``tracemalloc/traced_bytes`` is recorded
+        but not judged).
     :param collect: ``gc.collect()`` before each sample, so garbage in cycles
         does not look like growth.
     :param thresholds: tolerated growth per call, by metric (see :func:`analyze_samples`).
@@ -554,7 +567,8 @@ def check_leaks(
                 values: dict[str, float] = dict(prober.sample(step=i, force=True))
                 if tracemalloc_top is not None:
                     stats = site_stats("lineno", filters)
-                    values["memprobe/tracemalloc/traced_bytes"] = sum(
+                    values["memprobe/tracemalloc/traced_bytes"] = tracemalloc.get_traced_memory()[0]
+                    values["memprobe/tracemalloc/filtered_bytes"] = sum(
                         sz for sz, _ in stats.values()
                     )
                     ranked = sorted(stats.items(), key=lambda kv: -kv[1][0])[:tracemalloc_top]
@@ -573,7 +587,7 @@ def assert_no_leak(
     repeats: int = 50,
     max_growth_bytes: float = 100_000,
     warmup: str | int | None = 5,
-    metrics: Sequence[str] = ("tracemalloc/traced_bytes", "process/rss_bytes"),
+    metrics: Sequence[str] = (_FILTERED, "process/rss_bytes"),
     probes: Sequence[str] | Mapping[str, Mapping[str, Any] | None] | None = None,
     **options: Any,
 ) -> Report:

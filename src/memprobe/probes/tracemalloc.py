@@ -55,6 +55,8 @@ class TracemallocProbe:
 
     metrics = {
         "traced_bytes": "memory traced by tracemalloc now, bytes",
+        "filtered_bytes": "traced memory after the probe's filters (memprobe's own files, "
+        "tracemalloc, importlib and ``exclude`` left out), bytes; what leak diagnosis judges",
         "peak_bytes": "peak traced memory since the previous sample, bytes",
         "overhead_bytes": "memory tracemalloc itself uses, bytes",
         "blocks_count": "live traced blocks (after filters), count",
@@ -176,6 +178,7 @@ class TracemallocProbe:
         stats = site_stats(self.group_by, self._filters)
         out: dict[str, Any] = {
             "traced_bytes": traced,
+            "filtered_bytes": sum(sz for sz, _ in stats.values()),
             "peak_bytes": peak,
             "overhead_bytes": tracemalloc.get_tracemalloc_memory(),
             "blocks_count": sum(c for _, c in stats.values()),
