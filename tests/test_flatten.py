@@ -113,3 +113,72 @@ def test_shorten_path_is_relative_to_site_packages_and_cwd(tmp_path, monkeypatch
     assert memprobe.shorten_path(pluggy.__file__) == "pluggy/__init__.py"
     monkeypatch.chdir(tmp_path)
     assert memprobe.shorten_path(str(tmp_path / "train.py")) == "train.py"
+
+
+# -- the compiled fast path ----------------------------------------------------------
+# flatten records a plan for each result shape and compiles it; a later call with
+# the same shape runs the compiled plan. Whatever the later input (other value
+# types, non-finite floats, bools, a key more or less, another order), the result
+# must be exactly what the slow path (_walk) gives: same items in the same order,
+# or the same error for the same key.
+
+odd_values = st.one_of(
+    numbers,
+    st.booleans(),
+    st.sampled_from([float("nan"), float("inf"), -float("inf"), None, "1", 2**1100]),
+    st.floats(min_value=1e307, max_value=1.7e308),  # finite, but their sum overflows
+)
+
+
+def _slow(data: dict) -> object:
+    from memprobe._flatten import _walk
+
+    out: dict = {}
+    try:
+        _walk(data, "memprobe", "", "/", out, {}, None, 0)
+    except memprobe.MemprobeError as exc:
+        return (type(exc), getattr(exc, "key", None))
+    return list(out.items())
+
+
+def _fast(data: dict) -> object:
+    try:
+        return list(memprobe.flatten(data).items())
+    except memprobe.MemprobeError as exc:
+        return (type(exc), getattr(exc, "key", None))
+
+
+def _mutate(tree: object, draw: st.DrawFn) -> object:
+    if not isinstance(tree, dict):
+        return draw(odd_values) if draw(st.booleans()) else tree
+    items = [(k, _mutate(v, draw)) for k, v in tree.items()]
+    choice = draw(st.integers(0, 5))
+    if choice == 0 and items:
+        items.pop(draw(st.integers(0, len(items) - 1)))
+    elif choice == 1:
+        items.append((draw(clean), draw(numbers)))
+    elif choice == 2:
+        items.reverse()
+    return dict(items)
+
+
+@given(st.dictionaries(clean, clean_trees, min_size=1, max_size=3), st.data())
+def test_compiled_plan_equals_the_slow_path(base: dict, data: st.DataObject) -> None:
+    assert _fast(base) == _slow(base)  # records (and compiles) the plan
+    assert _fast(base) == _slow(base)  # runs it
+    variant = _mutate(base, data.draw)
+    assert _fast(variant) == _slow(variant)
+
+
+def test_compiled_plan_is_used_and_rejects_what_it_must() -> None:
+    from memprobe._flatten import _PLANS
+
+    base = {"gc": {"count": 1, "gen0": {"seconds": 0.5}}}
+    memprobe.flatten(base)
+    run = _PLANS[("memprobe", "/", ("gc",))]
+    assert run(base) == {"memprobe/gc/count": 1, "memprobe/gc/gen0/seconds": 0.5}
+    for bad in (True, float("nan"), float("inf"), None, 1.5j):
+        assert run({"gc": {"count": 1, "gen0": {"seconds": bad}}}) is None
+    assert run({"gc": {"count": 1, "gen0": {"other": 0.5}}}) is None
+    assert run({"gc": {"count": 1, "gen0": {"seconds": 0.5, "x": 1}}}) is None
+    assert run({"gc": {"count": 1, "gen0": SiteMap(seconds=0.5)}}) is None

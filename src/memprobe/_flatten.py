@@ -9,7 +9,7 @@ import os
 import re
 import sys
 import sysconfig
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Union
 
 from ._errors import KeyCollisionError, MetricValueError
@@ -186,10 +186,10 @@ def flatten(
     """
     if type(data) is dict:
         ck = (prefix, sep, tuple(data))
-        plan = _PLANS.get(ck)
-        if plan is not None:
-            fast: dict[str, Number] = {}
-            if _run_plan(data, plan, fast):
+        run = _PLANS.get(ck)
+        if run is not None:
+            fast = run(data)
+            if fast is not None:
                 return fast
     out: dict[str, Number] = {}
     sources: dict[str, str] = {}
@@ -200,7 +200,7 @@ def flatten(
         if plan is not None:
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
-            _PLANS[ck] = plan
+            _PLANS[ck] = _compile_plan(plan)
     return out
 
 
@@ -208,14 +208,16 @@ def flatten(
 # A probe returns the same shape sample after sample. The first flatten of a
 # shape goes through _walk (sanitizing, sorting, collision checks) and records
 # a *plan*: for each plain dict, its keys in order and, sorted as _walk sorts
-# them, each child's output key or sub-plan. Later calls with the same shape
-# only check the shape (tuple(node) == keys) and the value types, and copy.
+# them, each child's output key or sub-plan. It is compiled
+# into a small function (_compile_plan): later calls with the same shape only
+# check the shape (each dict's length and keys) and the value types, and copy.
 # Anything unusual (a SiteMap, a sequence, a non-str key, a bool, a non-finite
 # or non-int/float value, a different shape) misses and takes _walk again,
 # which produces the same output or raises the same error.
 
 Plan = tuple[tuple[Any, ...], list[tuple[str, str | None, Any]]]
-_PLANS: dict[tuple[str, str, tuple[Any, ...]], Plan] = {}
+PlanRunner = Callable[[dict[Any, Any]], Union[dict[str, Number], None]]
+_PLANS: dict[tuple[str, str, tuple[Any, ...]], PlanRunner] = {}
 _MAX_PLANS = 256
 _isfinite = math.isfinite
 
@@ -247,6 +249,7 @@ def _make_plan(node: Any, out: dict[str, Number], key: str, sep: str, depth: int
 
 
 def _run_plan(node: dict[Any, Any], plan: Plan, out: dict[str, Number]) -> bool:
+    """The plan, interpreted: what the compiled runner does (its reference in the tests)."""
     keys, items = plan
     if tuple(node) != keys:
         return False
@@ -254,13 +257,59 @@ def _run_plan(node: dict[Any, Any], plan: Plan, out: dict[str, Number]) -> bool:
         v = node[k]
         if okey is not None:
             t = type(v)
-            if (t is int and INT_MIN <= v <= INT_MAX) or (t is float and _isfinite(v)):
+            if t is int or (t is float and _isfinite(v)):
                 out[okey] = v
             else:
                 return False
         elif type(v) is not dict or not _run_plan(v, sub, out):
             return False
     return True
+
+
+def _compile_plan(plan: Plan) -> PlanRunner:
+    """A function equivalent to :func:`_run_plan` for one plan, generated once.
+
+    Straight-line code: per dict, its length and a lookup of each planned key
+    (equal key sets, since keys are unique; the order does not change the
+    output, which is sorted), one type check per leaf (exact ``int``, or exact
+    ``float`` with ``v - v == 0``, false for inf and nan), and a dict display
+    with the output keys as constants. It returns None where :func:`_run_plan` returns False. Keys
+    enter the source only as ``repr()`` of a ``str`` (a valid literal).
+    """
+    ns: dict[str, Any] = {"_int": int, "_float": float, "_dict": dict}
+    body: list[str] = []
+    out_items: list[str] = []
+    counter = [0]
+
+    def walk(p: Plan, var: str) -> None:
+        keys, items = p
+        i = counter[0] = counter[0] + 1
+        body.append(f"    if len({var}) != {len(keys)}: return None")
+        for j, (k, okey, sub) in enumerate(items):
+            child = f"v{i}_{j}"
+            body.append(f"    {child} = {var}[{k!r}]")
+            if okey is not None:
+                body.append(
+                    f"    if type({child}) is not _int and "
+                    f"(type({child}) is not _float or {child} - {child} != 0): return None"
+                )
+                out_items.append(f"{okey!r}: {child}")
+            else:
+                body.append(f"    if type({child}) is not _dict: return None")
+                walk(sub, child)
+
+    walk(plan, "node")
+    body = [f"    {line}" for line in body]
+    src = "\n".join([
+        "def run(node):",
+        "    try:",
+        *body,
+        "    except KeyError:",
+        "        return None",
+        f"    return {{{', '.join(out_items)}}}",
+    ])
+    exec(compile(src, "<memprobe flatten plan>", "exec"), ns)
+    return ns["run"]  # type: ignore[no-any-return]
 
 
 def _emit(
