@@ -155,6 +155,53 @@ def _check_limit(option: str, value: Any) -> float:
     return float(value)
 
 
+def _check_tags(tags: Any, sink: Any) -> dict[str, Any] | None:
+    """``tags=``: a JSON-serializable mapping of str keys, for a path sink only."""
+    if tags is None:
+        return None
+    if not isinstance(tags, Mapping):
+        raise ConfigError("tags", f"must be a mapping, got {tags!r}")
+    if not isinstance(sink, (str, os.PathLike)):
+        raise ConfigError("tags", "only apply when sink is a path (a JSONL file); "
+                          f"got sink={sink!r}")
+    import json
+
+    for k, v in tags.items():
+        if not isinstance(k, str):
+            raise ConfigError("tags", f"keys must be str, got {k!r}")
+        if k in ("time", "step", "pid", "values"):
+            raise ConfigError("tags", f"{k!r} is a field of every JSONL line; rename the tag")
+        try:
+            json.dumps(v, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"tags.{k}", f"cannot be written as JSON: {exc}") from None
+    return dict(tags)
+
+
+def _check_leak_options(options: Any) -> dict[str, Any]:
+    """``leak_options=``: option names of :func:`memprobe.leaks.analyze_samples`."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError("leak_options", f"must be a mapping, got {options!r}")
+    import difflib
+    import inspect
+
+    from .leaks import analyze, analyze_samples
+
+    known = {
+        n for f in (analyze, analyze_samples) for n, p in inspect.signature(f).parameters.items()
+        if p.kind is p.KEYWORD_ONLY and n not in ("key", "times")
+    }
+    for k in options:
+        if k not in known:
+            close = difflib.get_close_matches(str(k), sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"leak_options.{k}", f"unknown option{hint} "
+                              f"(options: {', '.join(sorted(known))})")
+    return dict(options)
+
+
 def _guard_options(
     name: str, opts: dict[str, Any], default_limit: float | None
 ) -> tuple[float | None, int, bool]:
@@ -211,6 +258,26 @@ def parse_probes(
     return out
 
 
+def _bad_options(info: ProbeInfo, options: Mapping[str, Any], exc: TypeError) -> str:
+    """What is wrong with the options a factory refused: unknown names, with suggestions."""
+    import difflib
+    import inspect
+
+    try:
+        params = inspect.signature(info.factory).parameters
+    except (TypeError, ValueError):
+        return f"bad options {dict(options)!r}: {exc}"
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return f"bad options {dict(options)!r}: {exc}"
+    known = sorted([*params, *SCHEDULE_OPTIONS, *GUARD_OPTIONS])
+    for name in options:
+        if name not in params:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            return f"unknown option {name!r}{hint} (options: {', '.join(known)})"
+    return f"bad options {dict(options)!r}: {exc}"
+
+
 def build_probe(info: ProbeInfo, options: Mapping[str, Any]) -> Any:
     """Call a probe's factory with its options, turning a bad option into ConfigError."""
     try:
@@ -218,7 +285,7 @@ def build_probe(info: ProbeInfo, options: Mapping[str, Any]) -> Any:
     except ConfigError:
         raise
     except TypeError as exc:
-        raise ConfigError(f"probes.{info.name}", f"bad options {dict(options)!r}: {exc}") from exc
+        raise ConfigError(f"probes.{info.name}", _bad_options(info, options, exc)) from exc
     except Exception as exc:
         raise ProbeError(
             info.name, f"the factory from plugin {info.plugin!r} raised "
@@ -303,6 +370,13 @@ class Prober:
         if not isinstance(prefix, str):
             raise ConfigError("prefix", f"must be a str, got {prefix!r}")
         self.prefix = prefix
+        if not isinstance(load_entrypoints, bool):
+            raise ConfigError("load_entrypoints", f"must be a bool, got {load_entrypoints!r}")
+        if plugin_manager is not None and not isinstance(plugin_manager, pluggy.PluginManager):
+            raise ConfigError(
+                "plugin_manager", f"must be a pluggy.PluginManager, got {plugin_manager!r}"
+            )
+        tags = _check_tags(tags, sink)
         self._pm = plugin_manager or get_plugin_manager(load_entrypoints=load_entrypoints)
         self.registry = collect_probes(self._pm)
         spec = parse_probes(probes)
@@ -346,7 +420,7 @@ class Prober:
             raise ConfigError("on_leak", f"must be a callable or 'warn', got {on_leak!r}")
         self._on_leak = on_leak
         self._leak_every = _check_int("leak_check_every", leak_check_every, 1)
-        self._leak_options = dict(leak_options or {})
+        self._leak_options = _check_leak_options(leak_options)
         self._leak_alarmed: set[str] = set()
         self._leak_samples = 0
 
@@ -715,4 +789,13 @@ def watch(
     the Prober is ``.prober`` of the returned object (its ``history`` holds
     the samples). Other keyword options go to :class:`Prober`.
     """
+    import difflib
+    import inspect
+
+    known = [n for n in inspect.signature(Prober).parameters if n != "probes"]
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(name, f"unknown option of memprobe.watch{hint}")
     return Watch(iterable, Prober(probes, every=every, **options))

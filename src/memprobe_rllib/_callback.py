@@ -13,6 +13,7 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 
 import memprobe
 from memprobe import ConfigError
+from memprobe._prober import parse_probes
 
 #: ``trigger=`` values: sample at every episode end, or once per ``EnvRunner.sample()``.
 TRIGGERS = ("episode", "sample")
@@ -181,8 +182,11 @@ class MemoryProbeCallback(RLlibCallback):
         for flag in ("env_runners", "driver", "learners", "load_entrypoints"):
             if not isinstance(merged[flag], bool):
                 raise ConfigError(flag, f"must be a bool, got {merged[flag]!r}")
+        if not (merged["env_runners"] or merged["driver"] or merged["learners"]):
+            raise ConfigError("env_runners", "env_runners, driver and learners are all False: "
+                              "nothing would be probed")
         plugins = merged["plugins"]
-        if isinstance(plugins, str) or not all(isinstance(p, str) for p in plugins):
+        if not isinstance(plugins, (list, tuple)) or not all(isinstance(p, str) for p in plugins):
             raise ConfigError("plugins", f"must be a list of module names, got {plugins!r}")
         merged["plugins"] = tuple(plugins)
         le = merged["leak_every"]
@@ -194,10 +198,8 @@ class MemoryProbeCallback(RLlibCallback):
                 raise ConfigError("jsonl", f"must be a path or None, got {jsonl!r}")
             merged["jsonl"] = os.path.abspath(os.fspath(jsonl))
         probes = merged["probes"]
-        if probes is not None and not isinstance(probes, (str, Mapping)):
-            probes = list(probes)
-        if isinstance(probes, Mapping):
-            probes = {k: dict(v or {}) for k, v in probes.items()}
+        if probes is not None and not isinstance(probes, str):
+            probes = parse_probes(probes)  # a ConfigError naming the bad part
         merged["probes"] = probes
         # Validate by building (never starting) a Prober, then drop it.
         attrs = dict(merged)

@@ -62,7 +62,7 @@ class ProcessProbe:
             raise ConfigError("process.full", f"must be a bool, got {full!r}")
         if not isinstance(fds, bool):
             raise ConfigError("process.fds", f"must be a bool, got {fds!r}")
-        if pid is not None and (not isinstance(pid, int) or pid <= 0):
+        if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
             raise ConfigError("process.pid", f"must be a positive int, got {pid!r}")
         self.full = full
         self.fds = fds
