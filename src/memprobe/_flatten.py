@@ -257,7 +257,7 @@ def _run_plan(node: dict[Any, Any], plan: Plan, out: dict[str, Number]) -> bool:
         v = node[k]
         if okey is not None:
             t = type(v)
-            if t is int or (t is float and _isfinite(v)):
+            if (t is int and INT_MIN <= v <= INT_MAX) or (t is float and _isfinite(v)):
                 out[okey] = v
             else:
                 return False
@@ -289,9 +289,10 @@ def _compile_plan(plan: Plan) -> PlanRunner:
             child = f"v{i}_{j}"
             body.append(f"    {child} = {var}[{k!r}]")
             if okey is not None:
-                body.append(
-                    f"    if type({child}) is not _int and "
-                    f"(type({child}) is not _float or {child} - {child} != 0): return None"
+                body.append(  # ints outside INT_MIN..INT_MAX miss too: _walk rejects them
+                    f"    if type({child}) is _int:\n"
+                    f"        if not {INT_MIN} <= {child} <= {INT_MAX}: return None\n"
+                    f"    elif type({child}) is not _float or {child} - {child} != 0: return None"
                 )
                 out_items.append(f"{okey!r}: {child}")
             else:
@@ -299,7 +300,7 @@ def _compile_plan(plan: Plan) -> PlanRunner:
                 walk(sub, child)
 
     walk(plan, "node")
-    body = [f"    {line}" for line in body]
+    body = [f"    {line}" for chunk in body for line in chunk.split("\n")]  # into the try:
     src = "\n".join([
         "def run(node):",
         "    try:",
