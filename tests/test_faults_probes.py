@@ -332,3 +332,23 @@ def test_failing_hooks_and_user_sink_are_counted_once_each() -> None:
     assert len([m for m in messages if "'hooks'" in m]) == 1
     assert len([m for m in messages if "'sink'" in m]) == 1
     assert any("closing the sink failed" in m for m in messages)
+
+
+def test_value_that_turns_hostile_after_a_good_sample_is_caught(tmp_path) -> None:
+    """The first samples teach flatten the result's shape; a later bad value is still caught."""
+    values_in = iter([1, 2, 10**30, float("inf"), "x", 10**5000, 3])
+
+    def drifting() -> Any:
+        return {"x_bytes": next(values_in), "y": {"z_count": 1}}
+
+    path = tmp_path / "run.jsonl"
+    prober = _prober({"drifting": _probe_class(drifting)}, ["process", "drifting"],
+                     max_failures=10, sink=path)
+    with pytest.warns(memprobe.ProbeFailedWarning, match="'drifting'"):
+        with prober:
+            samples = [prober.sample() for _ in range(7)]
+    got = [v.get("memprobe/drifting/x_bytes") for v in samples]
+    assert got == [1, 2, None, None, None, None, 3]
+    assert samples[-1]["memprobe/errors/drifting"] == 4
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert len(lines) == 7  # the sink never saw a value it could not write
