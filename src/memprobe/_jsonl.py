@@ -80,7 +80,9 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
     """
     p = os.fspath(path)
     try:
-        f = open(p, encoding="utf-8", errors="replace")
+        # newline="": lines end at "\n" only, so line numbers are those of an editor or
+        # ``sed -n Np`` (a stray "\r" inside a bad line does not split it).
+        f = open(p, encoding="utf-8", errors="replace", newline="")
     except FileNotFoundError:
         raise JsonlReadError(p, "no such file") from None
     except IsADirectoryError:
@@ -94,6 +96,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
         lines.pop()
         last = len(lines)
     for lineno, line in enumerate(lines, start=1):
+        line = line.removesuffix("\r")  # CRLF, if the file went through Windows
         if not line.strip():
             continue
         try:
