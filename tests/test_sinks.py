@@ -1,0 +1,196 @@
+"""JsonlSink: the line format (byte-for-byte json.dumps), the round trip through
+memprobe._jsonl, {pid} and fork, and failures that turn the sink off."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import tempfile
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import memprobe
+from memprobe._jsonl import RECORD_FIELDS, iter_records, read_samples
+from memprobe._prober import Sample
+from memprobe._sinks import JsonlSink
+
+
+def reference_line(sample: Sample, tags: dict) -> str:
+    """What the sink wrote before it formatted lines itself: json.dumps of the record."""
+    record = {"time": sample.time_seconds, "step": sample.step, "pid": sample.pid}
+    record.update(tags)
+    record["values"] = sample.values
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+keys = st.one_of(
+    st.text(max_size=30),  # any str: quotes, backslashes, %, control and non-ASCII characters
+    st.from_regex(r"memprobe/[a-z_]{1,10}/[a-z_]{1,12}", fullmatch=True),
+)
+finite = st.one_of(
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.0, -0.0, 5e-324, 1.7976931348623157e308, 1e16, 0.1]),
+)
+tag_values = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=10), finite)
+tag_names = st.text(min_size=1, max_size=10).filter(lambda k: k not in RECORD_FIELDS)
+samples = st.builds(
+    Sample,
+    time_seconds=st.floats(0, 4e9),
+    step=st.one_of(st.none(), st.integers(-(2**70), 2**70)),
+    pid=st.integers(1, 2**22),
+    values=st.dictionaries(keys, finite, max_size=30),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(samples, min_size=1, max_size=4), st.dictionaries(tag_names, tag_values, max_size=3)
+)
+def test_lines_equal_json_dumps_and_read_back(batch: list[Sample], tags: dict) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "s.jsonl")
+        sink = JsonlSink(path, tags=tags)
+        for s in batch:
+            assert sink._line(s) == reference_line(s, tags)
+            sink.write(s)
+        sink.close()
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        assert len(lines) == len(batch)
+        for line, s in zip(lines, batch):
+            assert json.loads(line) == {
+                "time": s.time_seconds, "step": s.step, "pid": s.pid, **tags, "values": s.values
+            }
+        records = list(iter_records(path))
+    assert [r.sample for r in records] == batch
+    for r, s in zip(records, batch):
+        assert r.tags == tags
+        # same types too: an int stays an int, a float a float (1e16 is not 10000000000000000)
+        assert [type(v) for v in r.sample.values.values()] == [type(v) for v in s.values.values()]
+
+
+odd = st.one_of(
+    st.booleans(),
+    st.sampled_from([math.nan, math.inf, -math.inf, 2**70, -(2**70)]),
+    st.floats(min_value=1e307, max_value=1.7e308),  # finite, but several overflow a sum
+    finite,
+)
+
+
+@given(
+    st.dictionaries(keys, odd, max_size=8),
+    st.one_of(st.none(), st.booleans(), st.integers()),
+    st.one_of(st.floats(), st.integers(0, 2**40)),
+    st.dictionaries(st.sampled_from([*RECORD_FIELDS, "role"]), st.integers(), max_size=2),
+)
+def test_samples_the_template_cannot_take_are_still_json_dumps(
+    values: dict, step: object, t: object, tags: dict
+) -> None:
+    """Bools, non-finite floats, huge ints, an int time, a tag named like a field:
+    the slow path, which is json.dumps itself."""
+    s = Sample(t, step, 7, values)  # type: ignore[arg-type]
+    sink = JsonlSink(os.devnull, tags=tags)
+    assert sink._line(s) == reference_line(s, tags)
+
+
+def test_templates_follow_the_keys_the_types_and_the_tags(tmp_path) -> None:
+    sink = JsonlSink(tmp_path / "s.jsonl", tags={"role": "main"})
+    a = Sample(1.5, 1, 2, {"k": 1, "x%s": 2.5})
+    b = Sample(1.5, None, 2, {"k": 1.0, "x%s": 3})  # same keys, other types
+    c = Sample(1.5, 2, 2, {"k": True, "x%s": 3})  # a bool: json's true, not 1
+    for s in (a, b, c, a):
+        assert sink._line(s) == reference_line(s, sink.tags)
+    sink.tags["env_runner"] = 3  # tags are read at every write
+    assert sink._line(a) == reference_line(a, sink.tags)
+    sink.tags = {"pid": "not the pid"}  # a tag named like a field replaces it, as dict.update
+    assert sink._line(a) == reference_line(a, sink.tags)
+    assert json.loads(sink._line(a))["pid"] == "not the pid"
+
+
+def test_each_line_is_on_disk_when_write_returns(tmp_path) -> None:
+    with memprobe.Prober(sink=str(tmp_path / "run-{pid}.jsonl"), tags={"env_runner": 1}) as p:
+        for i in range(3):
+            p.sample(step=i)
+            path = p.sink.path  # type: ignore[union-attr]
+            assert len(read_samples(path)) == i + 1  # no buffering to flush
+    assert path == str(tmp_path / f"run-{os.getpid()}.jsonl")
+    recs = list(iter_records(path))
+    assert [r.sample.step for r in recs] == [0, 1, 2]
+    assert [r.sample.values for r in recs] == [s.values for s in p.history]
+    assert all(r.tags == {"env_runner": 1} for r in recs)
+
+
+def test_appends_to_an_existing_file_and_survives_close_and_pickle(tmp_path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"time":1.0,"step":null,"pid":1,"values":{}}\n')
+    sink = JsonlSink(path)
+    sink.write(Sample(2.0, 1, 1, {"a": 1}))
+    sink.close()
+    sink.write(Sample(3.0, 2, 1, {"a": 2}))  # reopens
+    clone = pickle.loads(pickle.dumps(sink))
+    sink.close()
+    clone.write(Sample(4.0, 3, 1, {"a": 3}))
+    clone.close()
+    assert [s.time_seconds for s in read_samples(path)] == [1.0, 2.0, 3.0, 4.0]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_writes_its_own_file(tmp_path) -> None:
+    sink = JsonlSink(tmp_path / "p-{pid}.jsonl")
+    sink.write(Sample(1.0, 0, os.getpid(), {"a": 1}))
+    parent_path = sink.path
+    pid = os.fork()
+    if pid == 0:  # the child: its own file, from a sample made here or an old one
+        code = 0
+        try:
+            sink.write(Sample(2.0, 1, os.getpid(), {"a": 2}))
+            code = 0 if sink.path.endswith(f"p-{os.getpid()}.jsonl") else 3
+        except BaseException:
+            code = 4
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    sink.write(Sample(3.0, 2, os.getpid(), {"a": 3}))
+    sink.close()
+    assert [s.step for s in read_samples(parent_path)] == [0, 2]
+    child = read_samples(tmp_path / f"p-{pid}.jsonl")
+    assert [(s.step, s.pid) for s in child] == [(1, pid)]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_disk_full_warns_once_and_turns_the_sink_off() -> None:
+    sink = JsonlSink("/dev/full")
+    with pytest.warns(memprobe.MemprobeWarning, match=r"/dev/full.*ENOSPC|/dev/full.*No space"):
+        sink.write(Sample(1.0, 0, os.getpid(), {"a": 1}))
+    assert sink.failed
+    sink.write(Sample(2.0, 1, os.getpid(), {"a": 2}))  # silent: warnings are errors here
+    sink.close()
+
+
+def test_a_path_under_a_regular_file_warns_once_and_never_fails_the_loop(tmp_path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    target = str(blocker / "sub" / "s.jsonl")
+    with pytest.warns(memprobe.MemprobeWarning, match="sub/s.jsonl"):
+        with memprobe.Prober(sink=target) as p:
+            p.sample()
+            p.sample()
+    assert p.sink.failed  # type: ignore[union-attr]
+    assert len(p.history) == 2
+
+
+def test_the_written_values_are_the_sample_values(tmp_path) -> None:
+    """Real probes, real file: what the reader gets back is what sample() returned."""
+    out = []
+    with memprobe.Prober(sink=str(tmp_path / "s.jsonl")) as p:
+        for i in range(20):
+            out.append(p.sample(step=i))
+    back = read_samples(tmp_path / "s.jsonl")
+    assert [s.values for s in back] == out
+    assert all(s.pid == os.getpid() for s in back)
