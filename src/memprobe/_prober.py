@@ -108,13 +108,26 @@ def _new_sample(time_seconds: float, step: int | None, pid: int, values: dict[st
 def _check_int(option: str, value: Any, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ConfigError(option, f"must be an int >= {minimum}, got {value!r}")
+    if value > _INT_OPTION_MAX:
+        raise ConfigError(option, f"must be at most {_INT_OPTION_MAX}, got {value!r}")
     return value
+
+
+#: The largest int option (a ring buffer's length must fit a C ssize_t).
+_INT_OPTION_MAX = 2**62
 
 
 def _check_seconds(option: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ConfigError(option, f"must be a number of seconds >= 0, got {value!r}")
-    return float(value)
+    return _as_float(option, value)
+
+
+def _as_float(option: str, value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise ConfigError(option, "is too large to be a number of seconds") from None
 
 
 class _Slot:
@@ -164,7 +177,7 @@ def _check_limit(option: str, value: Any) -> float:
         raise ConfigError(option, f"must be a number of seconds > 0, got {value!r}")
     if value == float("inf"):
         raise ConfigError(option, "must be finite; leave it out for no limit")
-    return float(value)
+    return _as_float(option, value)
 
 
 def _check_tags(tags: Any, sink: Any) -> dict[str, Any] | None:
