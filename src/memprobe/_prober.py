@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import sys
 import threading
 import time
 import traceback
 import warnings
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +33,29 @@ SCHEDULE_OPTIONS = ("every", "interval_seconds")
 GUARD_OPTIONS = ("time_limit_seconds", "isolate", "max_keys")
 #: The most keys one probe may return in one sample unless its ``max_keys`` says otherwise.
 DEFAULT_MAX_KEYS = 10_000
+
+
+# Every Prober alive in this process, so that a forked child can renew their locks.
+_LIVE_PROBERS: weakref.WeakSet[Prober] = weakref.WeakSet()
+
+
+def _renew_locks_after_fork() -> None:
+    """In a forked child: locks a parent thread held at the fork would never be released.
+
+    A thread of the parent that was sampling when another thread forked
+    leaves the Prober's lock (and the shared tracemalloc lock) held forever
+    in the child, so the child's first ``sample()`` would hang. The child
+    has only the forking thread, so fresh locks are safe.
+    """
+    for prober in list(_LIVE_PROBERS):
+        prober._lock = threading.RLock()
+    tm = sys.modules.get("memprobe.probes.tracemalloc")
+    if tm is not None:
+        vars(tm)["_lock"] = threading.Lock()  # its acquire_tracing() reads the global
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_renew_locks_after_fork)
 
 
 class _Worker:
@@ -432,6 +457,7 @@ class Prober:
         self.key_cap = KeyCap(max_site_keys)
         self._lock = threading.RLock()
         self._calls = 0
+        _LIVE_PROBERS.add(self)
         self._started = False
         self._t_start = 0.0
         self._probe_seconds_total = 0.0
