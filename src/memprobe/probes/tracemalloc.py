@@ -6,7 +6,7 @@ import threading
 import tracemalloc
 from typing import Any
 
-from .._errors import ConfigError
+from .._errors import ConfigError, ProbeError
 from .._flatten import SiteMap
 from .._sitestats import Stats, default_filters, site_stats
 from ..hookspecs import hookimpl
@@ -35,6 +35,15 @@ def release_tracing() -> None:
         _users = max(0, _users - 1)
         if _users == 0 and _started_by_memprobe:
             tracemalloc.stop()
+            _started_by_memprobe = False
+
+
+def _forget_stopped_tracing() -> None:
+    """Someone else stopped the tracing memprobe started: memprobe must not stop
+    theirs later, if they start it again."""
+    global _started_by_memprobe
+    with _lock:
+        if not tracemalloc.is_tracing():
             _started_by_memprobe = False
 
 
@@ -172,6 +181,12 @@ class TracemallocProbe:
             return self._sample_windowed()
         if not self._active:
             self.start()
+        if not tracemalloc.is_tracing():
+            _forget_stopped_tracing()
+            raise ProbeError(
+                "tracemalloc", "tracing was stopped under this probe (tracemalloc.stop() "
+                "elsewhere in the process); its values would all be 0"
+            )
         traced, peak = tracemalloc.get_traced_memory()
         if _started_by_memprobe and hasattr(tracemalloc, "reset_peak"):
             tracemalloc.reset_peak()
