@@ -75,6 +75,8 @@ DEFAULT_METRICS = (
 
 _SITE_METRIC = ("tracemalloc/top/", "/size_bytes")
 _FILTERED = "tracemalloc/filtered_bytes"
+#: The last-half check of :func:`analyze` needs at least this many points.
+_LATE_MIN_POINTS = 10
 _TRACED = "tracemalloc/traced_bytes"
 _TYPE_METRIC = ("objects/top/", "/count")
 
@@ -233,18 +235,56 @@ def _reduce(
     return bx, by
 
 
-def theil_sen(
-    xs: Sequence[float], ys: Sequence[float], confidence: float = 0.95
-) -> tuple[float, float, float, float]:
-    """Theil-Sen slope with Sen's confidence interval.
+def _rank(v: Sequence[float]) -> list[float]:
+    """Ranks from 1, ties given their average rank."""
+    order = sorted(range(len(v)), key=v.__getitem__)
+    ranks = [0.0] * len(v)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        r = (i + j) / 2.0 + 1.0
+        for k in range(i, j + 1):
+            ranks[order[k]] = r
+        i = j + 1
+    return ranks
 
-    :returns: ``(slope, low, high, intercept)``; the intercept is
-        ``median(y - slope * x)``. Pairs with equal x are skipped. The interval
-        uses Kendall's S variance with the tie correction for y.
 
-    >>> theil_sen([0, 1, 2, 3], [1, 3, 5, 7])[:2]
-    (2.0, 2.0)
+def autocorrelation_factor(
+    xs: Sequence[float], ys: Sequence[float], slope: float, confidence: float = 0.95
+) -> float:
+    """Hamed and Rao's (1998) variance correction ``n / n*`` for serially correlated noise.
+
+    The residuals ``y - slope * x`` are ranked; every lag whose rank
+    autocorrelation is significant (outside ``+-z / sqrt(n)``) widens the
+    variance of Kendall's S by ``1 + 2 / (n (n-1) (n-2)) * sum((n-k)(n-k-1)(n-k-2) rho_k)``.
+    Memory noise is rarely independent (an allocator holds a chunk for a while,
+    garbage ramps until a collection): without the correction a step or a
+    sawtooth reads as a "significant" slope. Never below 1.
+
+    >>> autocorrelation_factor(range(6), [0, 1, 0, 1, 0, 1], 0.0) >= 1.0
+    True
     """
+    n = len(xs)
+    if n < 4:
+        return 1.0
+    r = _rank([y - slope * x for x, y in zip(xs, ys)])
+    mean = (n + 1) / 2.0
+    d = [v - mean for v in r]
+    den = sum(v * v for v in d)
+    if den <= 0:
+        return 1.0
+    bound = NormalDist().inv_cdf(0.5 + confidence / 2.0) / math.sqrt(n)
+    acc = 0.0
+    for k in range(1, n - 2):
+        rho = sum(d[i] * d[i + k] for i in range(n - k)) / den
+        if abs(rho) > bound:
+            acc += (n - k) * (n - k - 1) * (n - k - 2) * rho
+    return max(1.0, 1.0 + 2.0 / (n * (n - 1) * (n - 2)) * acc)
+
+
+def _sorted_slopes(xs: Sequence[float], ys: Sequence[float]) -> list[float]:
     n = len(xs)
     slopes: list[float] = []
     append = slopes.append
@@ -255,27 +295,58 @@ def theil_sen(
             dx = xs[j] - xi
             if dx:
                 append((ys[j] - yi) / dx)
-    if not slopes:
-        return 0.0, 0.0, 0.0, _median(list(ys)) if n else 0.0
     slopes.sort()
+    return slopes
+
+
+def _sen_interval(
+    slopes: list[float], ys: Sequence[float], confidence: float, factor: float
+) -> tuple[float, float]:
+    # Kendall's S variance, corrected for ties in y, times the autocorrelation factor.
+    n = len(ys)
     m = len(slopes)
-    half = m // 2
-    slope = slopes[half] if m % 2 else (slopes[half - 1] + slopes[half]) / 2.0
-    # Kendall's S variance, corrected for ties in y.
     counts: dict[float, int] = {}
     for y in ys:
         counts[y] = counts.get(y, 0) + 1
-    var = n * (n - 1) * (2 * n + 5)
+    s_var = n * (n - 1) * (2 * n + 5)
     for t in counts.values():
         if t > 1:
-            var -= t * (t - 1) * (2 * t + 5)
-    var /= 18.0
+            s_var -= t * (t - 1) * (2 * t + 5)
+    var = s_var / 18.0 * factor
     z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
     c = z * math.sqrt(max(var, 0.0))
     lo_i = math.floor((m - c) / 2.0)
     hi_i = math.ceil((m + c) / 2.0)
-    low = slopes[min(max(lo_i, 0), m - 1)]
-    high = slopes[min(max(hi_i, 0), m - 1)]
+    return slopes[min(max(lo_i, 0), m - 1)], slopes[min(max(hi_i, 0), m - 1)]
+
+
+def theil_sen(
+    xs: Sequence[float],
+    ys: Sequence[float],
+    confidence: float = 0.95,
+    *,
+    autocorrelation: bool = False,
+) -> tuple[float, float, float, float]:
+    """Theil-Sen slope with Sen's confidence interval.
+
+    :param autocorrelation: widen the interval by :func:`autocorrelation_factor`
+        (Hamed-Rao), for noise that is not independent from step to step.
+    :returns: ``(slope, low, high, intercept)``; the intercept is
+        ``median(y - slope * x)``. Pairs with equal x are skipped. The interval
+        uses Kendall's S variance with the tie correction for y.
+
+    >>> theil_sen([0, 1, 2, 3], [1, 3, 5, 7])[:2]
+    (2.0, 2.0)
+    """
+    n = len(xs)
+    slopes = _sorted_slopes(xs, ys)
+    if not slopes:
+        return 0.0, 0.0, 0.0, _median(list(ys)) if n else 0.0
+    m = len(slopes)
+    half = m // 2
+    slope = slopes[half] if m % 2 else (slopes[half - 1] + slopes[half]) / 2.0
+    factor = autocorrelation_factor(xs, ys, slope, confidence) if autocorrelation else 1.0
+    low, high = _sen_interval(slopes, ys, confidence, factor)
     intercept = _median([y - slope * x for x, y in zip(xs, ys)])
     return slope, low, high, intercept
 
@@ -334,6 +405,7 @@ def analyze(
     confidence: float = 0.95,
     effect_sigmas: float = 2.0,
     max_points: int = 80,
+    autocorrelation: bool = True,
 ) -> Verdict:
     """Decide whether the series ``ys`` over ``xs`` (steps) grows.
 
@@ -348,6 +420,8 @@ def analyze(
     :param effect_sigmas: the fitted growth over the window must exceed this
         many times the residual noise.
     :param max_points: longer series are reduced to this many bin medians first.
+    :param autocorrelation: widen the slope's interval for serially correlated
+        noise (Hamed-Rao, see :func:`autocorrelation_factor`).
     """
     _check_series(key, xs, ys)
     if not 0 < confidence < 1:
@@ -372,7 +446,7 @@ def analyze(
     if used < min_points:
         return Verdict(key, "insufficient", 0.0, 0.0, 0.0, None, used, k)
     rx, ry = _reduce(ux, uy, max_points)
-    slope, low, high, icpt = theil_sen(rx, ry, confidence)
+    slope, low, high, icpt = theil_sen(rx, ry, confidence, autocorrelation=autocorrelation)
     sigma = _noise(rx, ry, slope, icpt)
     growth = slope * (ux[-1] - ux[0])
     rate = None
@@ -381,6 +455,13 @@ def analyze(
         if dt > 0:
             rate = slope * (ux[-1] - ux[0]) / dt * 3600.0
     leak = low > threshold_per_step and growth > effect_sigmas * sigma and slope > 0
+    if leak and len(ux) // 2 >= _LATE_MIN_POINTS:
+        # Growth must go on in the last half too: a step or a cache that filled
+        # early (a warm-up the auto detection missed) stops there, a leak does not.
+        h = len(ux) // 2
+        lx, ly = _reduce(ux[h:], uy[h:], max_points)
+        _, late_low, _, _ = theil_sen(lx, ly, confidence, autocorrelation=autocorrelation)
+        leak = late_low > threshold_per_step
     return Verdict(key, "leak" if leak else "ok", slope, low, high, rate, used, k, growth, sigma)
 
 
@@ -574,7 +655,7 @@ def check_leaks(
                     ranked = sorted(stats.items(), key=lambda kv: -kv[1][0])[:tracemalloc_top]
                     for site, (sz, _) in ranked:
                         values[f"memprobe/tracemalloc/top/{site}/size_bytes"] = sz
-                samples.append(Sample(time.time(), i, os.getpid(), values))  # type: ignore[arg-type]
+                samples.append(Sample(time.time(), i, os.getpid(), values))
     finally:
         if tracemalloc_top is not None:
             release_tracing()
