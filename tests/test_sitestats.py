@@ -87,3 +87,21 @@ def test_live_tracing_matches_stdlib_path():
 def test_bad_group_by():
     with pytest.raises(ValueError, match="group_by"):
         stats_from_traces([], "filename")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(trace, st.integers(1, 700)), max_size=8), group, filters)
+def test_many_identical_blocks_equal_stdlib(runs, group_by, flts):
+    """Hundreds of blocks per site (counts past the small-int cache), fed as an iterator."""
+    raw = [t for t, n in runs for _ in range(n)]
+    snap = tracemalloc.Snapshot(raw, 4)
+    expected = stats_from_snapshot(snap, group_by, flts)
+    assert stats_from_traces(raw, group_by, flts) == expected
+    assert stats_from_traces(iter(raw), group_by, flts) == expected
+    assert sum(c for _, c in stats_from_traces(raw, group_by).values()) == len(raw)
+
+
+def test_equal_traceback_tuples_that_are_distinct_objects_are_one_site():
+    a = (0, 10, (("/x/app/a.py", 1),), 1)
+    b = (0, 20, tuple([("/x/app/a.py", 1)]), 1)  # equal, not the same object
+    assert stats_from_traces([a, b]) == {"app/a.py:1": (30, 2)}  # the last two components

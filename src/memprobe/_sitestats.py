@@ -16,12 +16,14 @@ from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
+from ._flatten import format_site
+
+_get_traces: Callable[[], Any] | None
 try:
     from _tracemalloc import _get_traces
 except ImportError:  # another implementation: the stdlib path
     _get_traces = None
 
-from ._flatten import format_site
 
 Stats = dict[str, tuple[int, int]]
 
@@ -61,8 +63,9 @@ def _domain_dependent(filters: Sequence[tracemalloc.BaseFilter]) -> bool:
 
 def _keep(filters: Sequence[tracemalloc.BaseFilter]) -> Callable[[int, Any], bool]:
     """The stdlib's own filter logic (Snapshot._filter_trace), for one traceback."""
-    include = [f for f in filters if f.inclusive]
-    exclude = [f for f in filters if not f.inclusive]
+    # Any: _match is private to the stdlib's Filter and DomainFilter, absent from BaseFilter.
+    include: list[Any] = [f for f in filters if f.inclusive]
+    exclude: list[Any] = [f for f in filters if not f.inclusive]
 
     def keep(domain: int, tb: Any) -> bool:
         trace = (domain, 0, tb, 0)
@@ -77,7 +80,7 @@ def _keep(filters: Sequence[tracemalloc.BaseFilter]) -> Callable[[int, Any], boo
         return keep
     # The decision depends on the most recent frame only; with no lineno in any
     # filter, on its filename only: decide once per filename (fnmatch is slow).
-    by_name = all(f.lineno is None for f in filters)
+    by_name = all(f.lineno is None for f in filters)  # type: ignore[attr-defined]
     cache: dict[Any, bool] = {}
 
     def keep_cached(domain: int, tb: Any) -> bool:
@@ -91,7 +94,7 @@ def _keep(filters: Sequence[tracemalloc.BaseFilter]) -> Callable[[int, Any], boo
 
 
 def stats_from_traces(
-    traces: Iterable[tuple[int, int, Any, int]],
+    traces: Iterable[tuple[Any, ...]],
     group_by: str = "lineno",
     filters: Sequence[tracemalloc.BaseFilter] = (),
 ) -> Stats:
@@ -121,21 +124,29 @@ def stats_from_traces(
     keys_of = zip(map(_first, traces), tbs) if by_domain else tbs
     # for each trace: groups[key].append(size), all in C; maxlen=0 drops the Nones.
     deque(map(list.append, map(groups.__getitem__, keys_of), map(_second, traces)), maxlen=0)
-    sizes = {k: sum(v) for k, v in groups.items()}
-    counts = {k: len(v) for k, v in groups.items()}
-    del groups
+    # Once per distinct traceback; allocate as little as possible here too.
     keep = _keep(filters) if filters else None
+    lineno = group_by == "lineno"
     keys: dict[Any, str] = {}
     out: Stats = {}
-    for k, size in sizes.items():
-        domain, tb = k if by_domain else (0, k)
+    for k, block_sizes in groups.items():
+        if by_domain:
+            domain, tb = k
+        else:
+            domain, tb = 0, k
         if keep is not None and not keep(domain, tb):
             continue
-        frames = tb if group_by == "traceback" else tb[:1]
-        key = keys.get(frames)
-        if key is None:
-            key = keys[frames] = "--".join(format_site(f, ln) for f, ln in reversed(frames))
-        n = counts[k]
+        if lineno and tb:
+            fk = tb[0]  # the frame itself, not a new 1-tuple
+            key = keys.get(fk)
+            if key is None:
+                key = keys[fk] = format_site(fk[0], fk[1])
+        else:
+            key = keys.get(tb)
+            if key is None:
+                key = keys[tb] = "--".join(format_site(f, ln) for f, ln in reversed(tb))
+        size = sum(block_sizes)
+        n = len(block_sizes)
         prev = out.get(key)
         out[key] = (size, n) if prev is None else (prev[0] + size, prev[1] + n)
     return out
