@@ -1,7 +1,14 @@
-"""Shared fixtures. ``ray_session``: one Ray instance for the whole test session."""
+"""Shared fixtures. ``ray_session``: one Ray instance for the whole test session.
+
+Every test is also checked for memprobe state left behind in this process: a
+gc callback of a probe that was never stopped, or tracing memprobe started and
+never stopped (RLlib tests are exempt: RLlib has no hook to stop a callback's
+Probers when an Algorithm stops).
+"""
 
 from __future__ import annotations
 
+import gc
 import os
 import pathlib
 
@@ -20,3 +27,32 @@ def ray_session():
              runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield ray
     ray.shutdown()
+
+
+def _memprobe_gc_callbacks() -> list:
+    return [cb for cb in gc.callbacks if getattr(cb, "__module__", "").startswith("memprobe")]
+
+
+@pytest.fixture(autouse=True)
+def _no_memprobe_state_left(request):
+    """Fail a test that leaves a memprobe gc callback installed or memprobe's tracing on."""
+    from memprobe.probes import tracemalloc as tm_probe
+
+    callbacks = _memprobe_gc_callbacks()
+    users = tm_probe._users
+    yield
+    if request.node.get_closest_marker("rllib") is not None:
+        return
+    left = [cb for cb in _memprobe_gc_callbacks() if cb not in callbacks]
+    tracing = tm_probe._users - users
+    for cb in left:  # clean up, so one leaky test does not fail the next ones
+        gc.callbacks.remove(cb)
+    for _ in range(tracing):
+        tm_probe.release_tracing()
+    problems = []
+    if left:
+        problems.append(f"{len(left)} gc callback(s) of a memprobe probe left installed: {left}")
+    if tracing:
+        problems.append(f"memprobe tracemalloc users left: {tracing} (a Prober not stopped)")
+    if problems:
+        pytest.fail("; ".join(problems) + "; stop() every Prober a test starts", pytrace=False)

@@ -69,9 +69,12 @@ def test_background_thread_samples_while_the_main_thread_allocates() -> None:
     try:
         for _ in range(10):  # churn: dicts, lists and bytes allocated and freed
             junk = [{"i": i, "s": str(i) * 5} for i in range(20_000)]
-            junk.append(bytes(MB))
+            junk.append(bytes(64 * 1024))
             del junk
-        held = [bytearray(MB) for _ in range(64)]  # touched: counted in rss and traced
+        # One block over 32 MiB: glibc maps it apart and freeing it does not raise malloc's
+        # mmap threshold (which would change rss figures of later tests in this process).
+        held = bytearray(64 * MB)
+        held[:: 4096] = b"x" * len(held[:: 4096])  # touched: counted in rss
         holding.set()
         while len(seen_while_holding) < 3 and t.is_alive():
             threading.Event().wait(0.01)
@@ -177,7 +180,7 @@ def test_tracing_the_user_started_is_left_on_and_its_peak_kept(stop_order) -> No
     tracemalloc.start()
     try:
         probers = [new_prober(["tracemalloc"]).start() for _ in range(2)]
-        blob = bytes(32 * MB)
+        blob = bytes(40 * MB)
         del blob
         for p in probers:
             assert p.sample()[TRACED] > 0
@@ -208,11 +211,18 @@ def test_user_stopping_tracing_under_memprobe_is_counted_not_raised() -> None:
 
 
 # -- child processes -------------------------------------------------------------------------
+def _statm_rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def _fork_child(prober: memprobe.Prober, conn) -> None:
+    before = _statm_rss()
     held = bytearray(64 * MB)
     held[:: 4096] = b"x" * len(held[:: 4096])  # touch every page: resident
     values = prober.sample(step=100)
     conn.send({"pid": os.getpid(), "sample_pid": prober.history[-1].pid, "rss": values[RSS],
+               "rss_before": before, "rss_statm": _statm_rss(),
                "errors": errors_in(values), "traced": values[TRACED]})
     prober.stop()
     conn.send({"tracing": tracemalloc.is_tracing(), "gc": len(memprobe_gc_callbacks())})
@@ -237,7 +247,9 @@ def test_forked_child_samples_itself_and_writes_its_own_file(tmp_path) -> None:
     assert got["pid"] == got["sample_pid"] != os.getpid()
     assert not got["errors"] and got["traced"] > 0
     # /proc/<child>/statm, not the parent's: the child's 64 MiB are in it.
-    assert got["rss"] - rss_parent >= 48 * MB
+    assert got["rss"] - got["rss_before"] >= 60 * MB
+    assert abs(got["rss"] - got["rss_statm"]) < 4 * MB
+    assert rss_parent < got["rss"]
     assert after == {"tracing": False, "gc": 0}  # the child's stop() cleans up the child
     assert tracemalloc.is_tracing() is False  # and the parent's own stop() the parent
     mine = tmp_path / f"s-{os.getpid()}.jsonl"

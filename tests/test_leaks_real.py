@@ -20,6 +20,9 @@ def test_native_malloc_leak_shows_in_rss_not_tracemalloc() -> None:
     libc.malloc.argtypes = [ctypes.c_size_t]
     libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
+    # Earlier tests in this process leave free heap pages that are still resident; malloc
+    # would reuse them and rss grow by less than the leak. malloc_trim gives them back.
+    libc.malloc_trim(0)
     held: list[int] = []
 
     def leak() -> None:
