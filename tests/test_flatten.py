@@ -164,21 +164,36 @@ def _mutate(tree: object, draw: st.DrawFn) -> object:
 
 @given(st.dictionaries(clean, clean_trees, min_size=1, max_size=3), st.data())
 def test_compiled_plan_equals_the_slow_path(base: dict, data: st.DataObject) -> None:
-    assert _fast(base) == _slow(base)  # records (and compiles) the plan
-    assert _fast(base) == _slow(base)  # runs it
+    from memprobe._flatten import _COMPILE_AFTER
+
+    for _ in range(_COMPILE_AFTER + 2):  # records the plan, interprets it, compiles it, runs it
+        assert _fast(base) == _slow(base)
     variant = _mutate(base, data.draw)
     assert _fast(variant) == _slow(variant)
 
 
 def test_compiled_plan_is_used_and_rejects_what_it_must() -> None:
-    from memprobe._flatten import _PLANS
+    from memprobe._flatten import _COMPILE_AFTER, _PLANS
 
     base = {"gc": {"count": 1, "gen0": {"seconds": 0.5}}}
-    memprobe.flatten(base)
-    run = _PLANS[("memprobe", "/", ("gc",))]
+    for _ in range(_COMPILE_AFTER + 1):
+        memprobe.flatten(base)
+    run = _PLANS[("memprobe", "/", ("gc",))].runner
+    assert run is not None
     assert run(base) == {"memprobe/gc/count": 1, "memprobe/gc/gen0/seconds": 0.5}
     for bad in (True, float("nan"), float("inf"), None, 1.5j):
         assert run({"gc": {"count": 1, "gen0": {"seconds": bad}}}) is None
     assert run({"gc": {"count": 1, "gen0": {"other": 0.5}}}) is None
     assert run({"gc": {"count": 1, "gen0": {"seconds": 0.5, "x": 1}}}) is None
     assert run({"gc": {"count": 1, "gen0": SiteMap(seconds=0.5)}}) is None
+
+
+def test_a_shape_that_keeps_changing_is_never_compiled() -> None:
+    """Compiling costs about 1 ms: a probe whose nested keys change every sample must
+    not pay it every sample."""
+    from memprobe._flatten import _PLANS
+
+    for i in range(40):
+        flat = memprobe.flatten({"changing": {"threads": {f"t{i % 3}": i, f"u{i}": 1}}})
+        assert flat[f"memprobe/changing/threads/u{i}"] == 1
+    assert _PLANS[("memprobe", "/", ("changing",))].runner is None

@@ -186,11 +186,20 @@ def flatten(
     """
     if type(data) is dict:
         ck = (prefix, sep, tuple(data))
-        run = _PLANS.get(ck)
-        if run is not None:
-            fast = run(data)
-            if fast is not None:
-                return fast
+        entry = _PLANS.get(ck)
+        if entry is not None:
+            run = entry.runner
+            if run is not None:
+                fast = run(data)
+                if fast is not None:
+                    return fast
+            else:
+                fast = {}
+                if _run_plan(data, entry.plan, fast):
+                    entry.hits += 1
+                    if entry.hits >= _COMPILE_AFTER:
+                        entry.runner = _compile_plan(entry.plan)
+                    return fast
     out: dict[str, Number] = {}
     sources: dict[str, str] = {}
     root = sanitize_key(prefix) if prefix else ""
@@ -200,7 +209,7 @@ def flatten(
         if plan is not None:
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
-            _PLANS[ck] = _compile_plan(plan)
+            _PLANS[ck] = _PlanEntry(plan)
     return out
 
 
@@ -217,7 +226,21 @@ def flatten(
 
 Plan = tuple[tuple[Any, ...], list[tuple[str, str | None, Any]]]
 PlanRunner = Callable[[dict[Any, Any]], Union[dict[str, Number], None]]
-_PLANS: dict[tuple[str, str, tuple[Any, ...]], PlanRunner] = {}
+#: Compiling a plan costs about 1 ms: only a shape seen this many times in a row
+#: is compiled; one that keeps changing stays interpreted (about 10 µs per new shape).
+_COMPILE_AFTER = 8
+
+
+class _PlanEntry:
+    __slots__ = ("hits", "plan", "runner")
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.hits = 0
+        self.runner: PlanRunner | None = None
+
+
+_PLANS: dict[tuple[str, str, tuple[Any, ...]], _PlanEntry] = {}
 _MAX_PLANS = 256
 _isfinite = math.isfinite
 
