@@ -4,36 +4,48 @@ and vs the raw copy alone, at 10k / 100k / 1M traced blocks over 1,000 sites.
 Run: ``python benchmarks/site_stats.py [--blocks 10000 100000 1000000] [--nframe 1]``.
 Both paths include copying the traces out (``_get_traces()``), with the
 default filters; the results are checked equal. Times are the best of
-``--repeat`` runs (seconds), taken while tracing, as the probe would run.
+``--repeat`` runs (seconds), taken while tracing, as the probe would run;
+raw copy and memprobe runs are interleaved, and memprobe/raw is the median
+of the per-pair ratios.
 """
 
 from __future__ import annotations
 
+import _tracemalloc
 import argparse
 import gc
+import statistics
 import time
 import tracemalloc
-
-import _tracemalloc
 
 from memprobe._sitestats import default_filters, stats_from_snapshot, stats_from_traces
 
 SITES = 1000
 
 
+def timed(fn) -> float:
+    gc.collect()
+    t = time.perf_counter()
+    res = fn()
+    t = time.perf_counter() - t
+    del res
+    return t
+
+
 def best(fn, repeat):
-    out = []
-    res = None
+    return min(timed(fn) for _ in range(repeat))
+
+
+def pairs(fa, fb, repeat) -> tuple[float, float, float]:
+    """Interleaved runs of fa and fb: best of each, and the median of the ratios b / a."""
+    ta, tb = [], []
     for _ in range(repeat):
-        gc.collect()
-        t = time.perf_counter()
-        res = fn()
-        out.append(time.perf_counter() - t)
-        del res
-    return min(out)
+        ta.append(timed(fa))
+        tb.append(timed(fb))
+    return min(ta), min(tb), statistics.median(b / a for a, b in zip(ta, tb))
 
 
-def run(blocks: int, nframe: int, repeat: int) -> tuple[float, float, float, bool]:
+def run(blocks: int, nframe: int, repeat: int) -> tuple[float, float, float, float, bool]:
     src = "\n".join(
         f"def f{i}(n):\n    return [bytes(8 + {i % 50}) for _ in range(n)]" for i in range(SITES)
     )
@@ -43,9 +55,11 @@ def run(blocks: int, nframe: int, repeat: int) -> tuple[float, float, float, boo
         exec(compile(src, "/bench/synthetic_sites.py", "exec"), ns)
         held = [ns[f"f{i}"](blocks // SITES) for i in range(SITES)]
         filters = default_filters()
-        t_raw = best(lambda: len(_tracemalloc._get_traces()), repeat)
-        t_fast = best(lambda: stats_from_traces(_tracemalloc._get_traces(), "lineno", filters),
-                      repeat)
+        t_raw, t_fast, ratio = pairs(
+            lambda: len(_tracemalloc._get_traces()),
+            lambda: stats_from_traces(_tracemalloc._get_traces(), "lineno", filters),
+            repeat,
+        )
         t_std = best(lambda: stats_from_snapshot(tracemalloc.take_snapshot(), "lineno", filters),
                      1 if blocks >= 1_000_000 else repeat)
         raw = _tracemalloc._get_traces()
@@ -54,7 +68,7 @@ def run(blocks: int, nframe: int, repeat: int) -> tuple[float, float, float, boo
         del raw, held
     finally:
         tracemalloc.stop()
-    return t_raw, t_fast, t_std, same
+    return t_raw, t_fast, t_std, ratio, same
 
 
 def main() -> None:
@@ -67,9 +81,9 @@ def main() -> None:
     print(f"{'blocks':>9}{'raw copy s':>12}{'memprobe s':>12}{'stdlib s':>11}"
           f"{'stdlib/memprobe':>17}{'memprobe/raw':>14}{'equal':>7}")
     for n in args.blocks:
-        t_raw, t_fast, t_std, same = run(n, args.nframe, args.repeat)
+        t_raw, t_fast, t_std, ratio, same = run(n, args.nframe, args.repeat)
         print(f"{n:>9}{t_raw:>12.4f}{t_fast:>12.4f}{t_std:>11.4f}{t_std / t_fast:>17.1f}"
-              f"{t_fast / t_raw:>14.2f}{str(same):>7}")
+              f"{ratio:>14.2f}{same!s:>7}")
 
 
 if __name__ == "__main__":
