@@ -32,6 +32,7 @@ import math
 import os
 import time
 import tracemalloc
+from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -634,7 +635,21 @@ def check_leaks(
     opts.setdefault("min_points", min(20, max(3, repeats - dropped)))
     prober = Prober(probes, history=1, load_entrypoints=False)
     filters = default_filters()
-    samples: list[Sample] = []
+    # The series go into columns allocated once per key, not into new objects per
+    # call: what this loop keeps must not grow with the calls, or it would show as
+    # growth itself (more traced blocks, a larger copy of the traces each sample,
+    # rss ratcheting up; more live objects).
+    nan = float("nan")
+    times = array("d", [nan]) * repeats
+    columns: dict[str, array[float]] = {}
+    site_keys: dict[str, str] = {}
+
+    def put(key: str, i: int, v: float) -> None:
+        col = columns.get(key)
+        if col is None:
+            col = columns[key] = array("d", [nan]) * repeats
+        col[i] = v
+
     if tracemalloc_top is not None:
         acquire_tracing(1)
     try:
@@ -645,20 +660,29 @@ def check_leaks(
                 fn()
                 if collect:
                     gc.collect()
-                values: dict[str, float] = dict(prober.sample(step=i, force=True))
+                for k, v in prober.sample(step=i, force=True).items():
+                    put(k, i, v)
                 if tracemalloc_top is not None:
                     stats = site_stats("lineno", filters)
-                    values["memprobe/tracemalloc/traced_bytes"] = tracemalloc.get_traced_memory()[0]
-                    values["memprobe/tracemalloc/filtered_bytes"] = sum(
-                        sz for sz, _ in stats.values()
-                    )
+                    put("memprobe/tracemalloc/traced_bytes", i, tracemalloc.get_traced_memory()[0])
+                    put("memprobe/tracemalloc/filtered_bytes", i,
+                        sum(sz for sz, _ in stats.values()))
                     ranked = sorted(stats.items(), key=lambda kv: -kv[1][0])[:tracemalloc_top]
                     for site, (sz, _) in ranked:
-                        values[f"memprobe/tracemalloc/top/{site}/size_bytes"] = sz
-                samples.append(Sample(time.time(), i, os.getpid(), values))
+                        key = site_keys.get(site)
+                        if key is None:
+                            key = site_keys[site] = f"memprobe/tracemalloc/top/{site}/size_bytes"
+                        put(key, i, sz)
+                    del stats, ranked
+                times[i] = time.time()
     finally:
         if tracemalloc_top is not None:
             release_tracing()
+    pid = os.getpid()
+    samples = [
+        Sample(times[i], i, pid, {k: c[i] for k, c in columns.items() if c[i] == c[i]})
+        for i in range(repeats)
+    ]
     return analyze_samples(samples, thresholds=thresholds, warmup=warmup, **opts)
 
 

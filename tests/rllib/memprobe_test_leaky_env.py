@@ -1,0 +1,47 @@
+"""Envs for the leak checker's tests: a CartPole that leaks 4 KiB per step into a
+module-level list, and one whose step() raises."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+LEAKED: list[bytearray] = []
+
+
+class LeakyCartPole(CartPoleEnv):
+    """CartPole-v1's dynamics; every ``step()`` keeps 4 KiB forever."""
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__()
+        self._steps = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        self._steps = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        LEAKED.append(bytearray(4096))  # LEAK: this line is the culprit the tests look for
+        self._steps += 1
+        return obs, reward, terminated, truncated or self._steps >= 500, info
+
+
+def leak_line() -> str:
+    """``memprobe_test_leaky_env.py:<line>`` of the leaking statement."""
+    import inspect
+
+    src, first = inspect.getsourcelines(LeakyCartPole.step)
+    off = next(i for i, line in enumerate(src) if "LEAKED.append" in line)
+    return f"memprobe_test_leaky_env.py:{first + off}"
+
+
+class BrokenCartPole(CartPoleEnv):
+    """CartPole whose ``step()`` raises (the checker must name the component)."""
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__()
+
+    def step(self, action: Any) -> Any:
+        raise RuntimeError("this env is broken on purpose")
