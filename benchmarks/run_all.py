@@ -14,6 +14,7 @@ RUNS = [
     (["probe_costs.py"], 120),
     (["site_stats.py"], 600),
     (["rllib_tracing.py", "--pairs", "20"], 900),
+    (["leak_accuracy.py"], 600),
 ]
 
 
