@@ -177,3 +177,40 @@ def test_filtered_bytes_is_judged_instead_of_traced_bytes() -> None:
     # Asked for by name, traced bytes are judged (and leak).
     named = memprobe.analyze_samples(samples, metrics=["tracemalloc/traced_bytes"])
     assert named.get("tracemalloc/traced_bytes").leak
+
+
+@settings(max_examples=40)
+@given(ys=st.lists(st.integers(-5000, 5000), min_size=4, max_size=60), slope=st.integers(-50, 50))
+def test_autocorrelation_factor_never_narrows(ys: list[int], slope: int) -> None:
+    from memprobe.leaks import autocorrelation_factor
+
+    xs = list(range(len(ys)))
+    f = autocorrelation_factor(xs, ys, slope)
+    assert f >= 1.0
+    # It depends on the residuals' ranks only: shifting or scaling them changes nothing.
+    assert autocorrelation_factor(xs, [3 * y + 7 for y in ys], 3 * slope) == pytest.approx(f)
+    wide = theil_sen(xs, ys, autocorrelation=True)
+    narrow = theil_sen(xs, ys)
+    assert wide[1] <= narrow[1] and wide[2] >= narrow[2]
+
+
+def test_allocator_steps_widen_the_interval() -> None:
+    # A level that switches between two values in long runs (an arena held, then
+    # released): the plain interval calls the drift significant, the corrected one not.
+    xs = list(range(120))
+    ys = [(65536 if (x // 30) % 2 else 0) + (x * 7919 % 17) * 50 + (x >= 90) * 65536 for x in xs]
+    plain = memprobe.analyze(xs, ys, warmup=None, autocorrelation=False)
+    corrected = memprobe.analyze(xs, ys, warmup=None)
+    assert corrected.slope_low < plain.slope_low
+    assert corrected.status == "ok", corrected.describe()
+
+
+def test_growth_that_stopped_halfway_is_not_a_leak() -> None:
+    # A cache that fills for 100 steps and then stays full: the whole window's slope
+    # is significant, but the last half does not grow, so it is no leak.
+    xs = list(range(200))
+    ys = [1000 * min(x, 100) + (x * 7919 % 13) * 100 for x in xs]
+    v = memprobe.analyze(xs, ys, warmup=None)
+    assert v.slope_low > 0 and v.status == "ok", v.describe()
+    leak = memprobe.analyze(xs, [1000 * x + (x * 7919 % 13) * 100 for x in xs], warmup=None)
+    assert leak.status == "leak"
