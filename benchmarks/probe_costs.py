@@ -12,6 +12,7 @@ same run. Goals (issue #5): the process + gc probes at most 10 µs, a whole
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -60,6 +61,11 @@ def main() -> None:
     sink = JsonlSink(os.path.join(tmp, "sink.jsonl"))
     one = Sample(prober.history[-1].time_seconds if prober.history else 0.0, None, os.getpid(),
                  prober.sample())
+    before = open(os.path.join(tmp, "before.jsonl"), "a", encoding="utf-8", buffering=1)
+
+    def sink_before():  # what JsonlSink.write did before: json.dumps + a line-buffered write
+        record = {"time": one.time_seconds, "step": one.step, "pid": one.pid, "values": one.values}
+        before.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     rows = [
         ("floor: pread /proc/self/statm (kept fd)", lambda: os.pread(fd, 256, 0), 1),
@@ -70,6 +76,7 @@ def main() -> None:
         ("process + gc probes", probes_only, 1),
         ("process + gc + flatten", probes_flat, 1),
         ("Prober.sample() (default probes)", prober.sample, 1),
+        ("json.dumps + line-buffered write (before)", sink_before, 1),
         ("JsonlSink.write(one default sample)", lambda: sink.write(one), 1),
         ("Prober.sample() + JSONL sink", sinked.sample, 1),
     ]
@@ -84,6 +91,7 @@ def main() -> None:
         sinked.stop()
         prober.stop()
         sink.close()
+        before.close()
         os.close(fd)
         shutil.rmtree(tmp, ignore_errors=True)
     floor = best[0]
