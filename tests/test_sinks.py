@@ -83,7 +83,7 @@ odd = st.one_of(
 
 
 @given(
-    st.dictionaries(keys, odd, max_size=8),
+    st.dictionaries(st.one_of(keys, st.integers(), st.none(), st.booleans()), odd, max_size=8),
     st.one_of(st.none(), st.booleans(), st.integers()),
     st.one_of(st.floats(), st.integers(0, 2**40)),
     st.dictionaries(st.sampled_from([*RECORD_FIELDS, "role"]), st.integers(), max_size=2),
@@ -91,8 +91,8 @@ odd = st.one_of(
 def test_samples_the_template_cannot_take_are_still_json_dumps(
     values: dict, step: object, t: object, tags: dict
 ) -> None:
-    """Bools, non-finite floats, huge ints, an int time, a tag named like a field:
-    the slow path, which is json.dumps itself."""
+    """Bools, non-finite floats, huge ints, non-str keys, an int time, a tag named like
+    a field: the slow path, which is json.dumps itself."""
     s = Sample(t, step, 7, values)  # type: ignore[arg-type]
     sink = JsonlSink(os.devnull, tags=tags)
     assert sink._line(s) == reference_line(s, tags)

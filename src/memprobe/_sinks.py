@@ -120,7 +120,9 @@ class JsonlSink:
             entry = self._templates.get(keys)
             types = tuple(map(type, vals))
             if entry is None or entry[1] != types:
-                if not _NUMBER_TYPES.issuperset(types):
+                if not _NUMBER_TYPES.issuperset(types) or (
+                    entry is None and not all(type(k) is str for k in keys)
+                ):  # json.dumps writes 1 as "1": a non-str key takes the slow path
                     entry = None
                 else:
                     if len(self._templates) >= _MAX_TEMPLATES:
