@@ -15,6 +15,7 @@ RUNS = [
     (["site_stats.py"], 600),
     (["rllib_tracing.py", "--pairs", "20"], 900),
     (["leak_accuracy.py"], 600),
+    (["soak.py"], 900),
 ]
 
 
