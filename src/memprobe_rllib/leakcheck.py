@@ -322,6 +322,10 @@ def check_rllib_leaks(
     finally:
         if built:
             runner.stop()
+        elif "env" in comps and hasattr(runner, "_needs_initial_reset"):
+            # The algorithm's runner: its env was stepped behind its back; start
+            # fresh episodes at its next sample().
+            runner._needs_initial_reset = True
     return LeakCheckResult(checks)
 
 
