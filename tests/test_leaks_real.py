@@ -131,8 +131,8 @@ def test_memprobe_own_history_is_not_a_python_leak() -> None:
     # filtered_bytes (memprobe's files left out) does not, and only it is judged.
     probes = {"gc": {}, "tracemalloc": {"top": 3, "every": 10}}
     with memprobe.Prober(probes, history=100_000, load_entrypoints=False) as prober:
-        for _ in range(2000):
-            prober.sample()  # no step: a caller's step int, retained in history, is its own
+        for step in range(2000):
+            prober.sample(step=step)  # the step ints kept in history are memprobe's too
         report = prober.report()
     traced = memprobe.analyze_samples(prober.history, metrics=["tracemalloc/traced_bytes"])
     own = traced.get("tracemalloc/traced_bytes")
