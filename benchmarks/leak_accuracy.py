@@ -135,7 +135,7 @@ LEAKING: dict[str, Series] = {
 
 
 def is_leak(ys: list[float]) -> bool:
-    return analyze(range(len(ys)), ys).status == "leak"  # type: ignore[arg-type]
+    return analyze(range(len(ys)), ys).status == "leak"
 
 
 def steps_to_detect(ys: list[float], every: int = 10) -> int | None:
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         cost = []
         for _ in range(9):
             t = time.perf_counter()
-            analyze(range(n), ys)  # type: ignore[arg-type]
+            analyze(range(n), ys)
             cost.append(time.perf_counter() - t)
         print(f"| {n} | {statistics.median(cost) * 1e3:.1f} ms |")
     print()
