@@ -154,8 +154,10 @@ class MemoryProbeCallback(RLlibCallback):
             every process (for probes not installed through an entry point).
         :param jsonl: also write JSONL per process: a directory, or a path
             ending in ``.jsonl`` with ``{role}``, ``{index}``, ``{pid}``.
-        :param trigger: ``"episode"`` (default) or ``"sample"`` (once per
-            ``EnvRunner.sample()`` call, cheaper with short episodes).
+        :param trigger: ``"episode"`` (default; a ``sample()`` call in which no
+            episode ended samples once at its end, so that every iteration has
+            the keys) or ``"sample"`` (once per ``EnvRunner.sample()`` call,
+            cheaper with short episodes).
         :param env_runners: probe in the EnvRunners.
         :param driver: probe the Algorithm's process in ``on_train_result``.
         :param learners: probe remote Learner actors (``num_learners > 0``).
@@ -317,7 +319,9 @@ class MemoryProbeCallback(RLlibCallback):
         if not self.env_runners:
             return
         try:
-            if self.trigger == "sample":
+            # trigger="episode" and no episode ended in this sample() call (episodes longer
+            # than the batch): sample now, or the iteration's results would lack the keys.
+            if self.trigger == "sample" or (metrics_logger is not None and not self._pending):
                 self._add_pending(self._sample(env_runner if env_runner is not None else worker))
             if self.leak_every is not None and self._prober is not None:
                 self._sample_calls += 1
