@@ -1,6 +1,9 @@
 """Soak: a million samples with the default probes must not grow memprobe's own memory.
 
-Run: ``python benchmarks/soak.py`` (about 2 minutes here; ``--samples`` to change).
+Run: ``python benchmarks/soak.py`` (3 to 8 minutes here; ``--samples`` to change).
+``python benchmarks/soak.py --rllib 50``: the same question for 50 PPO iterations
+with ``MemoryProbeCallback`` (memprobe's traced bytes in the driver at
+iterations 10, 20, 40, 50).
 
 Two passes over the same loop, ``Prober()`` (process and gc, ``history=1000``)
 sampled ``--samples`` times after ``--warmup`` samples that fill the history
@@ -87,6 +90,52 @@ def run(samples: int, warmup: int, measure: Callable[[], dict[str, int]]) -> dic
     return out
 
 
+def rllib_soak(iterations: int) -> int:
+    """``--rllib``: PPO on CartPole-v1 with MemoryProbeCallback in the driver process."""
+    import ray
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    import memprobe_rllib
+    from memprobe_rllib import MemoryProbeCallback
+
+    filters = [tracemalloc.Filter(True, os.path.join(os.path.dirname(os.path.abspath(
+        m.__file__)), "*")) for m in (memprobe, memprobe_rllib)]
+
+    def own() -> int:
+        gc.collect()
+        snap = tracemalloc.take_snapshot().filter_traces(filters)
+        return sum(s.size for s in snap.statistics("filename"))
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    config = (
+        PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=0)
+        .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
+        .callbacks(MemoryProbeCallback.configure(history=8)).debugging(log_level="ERROR")
+    )
+    algo = config.build_algo()
+    tracemalloc.start(1)
+    points: dict[int, int] = {}
+    t0 = time.perf_counter()
+    try:
+        for i in range(1, iterations + 1):
+            algo.train()
+            if i == 10 or i % 20 == 0 or i == iterations:
+                points[i] = own()
+    finally:
+        seconds = time.perf_counter() - t0
+        tracemalloc.stop()
+        algo.stop()
+        ray.shutdown()
+    print(f"PPO CartPole-v1, num_env_runners=0, train_batch_size=128, history=8: "
+          f"{iterations} iterations in {seconds:.0f} s under tracemalloc (1 frame)")
+    print(f"{'iteration':>10}{'memprobe + memprobe_rllib traced bytes':>42}")
+    for i, b in points.items():
+        print(f"{i:>10}{b:>42,}")
+    growth = points[iterations] - points[10]
+    print(f"growth from iteration 10 to {iterations}: {growth:+,} bytes")
+    return 0 if growth < 64 * 1024 else 1
+
+
 def kib(n: float) -> str:
     return f"{n / 1024:+,.1f} KiB"
 
@@ -96,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1_000_000)
     parser.add_argument("--warmup", type=int, default=10_000,
                         help="samples before the first measurement (history is 1000)")
+    parser.add_argument("--rllib", type=int, metavar="ITERATIONS", default=0,
+                        help="instead: this many PPO iterations with MemoryProbeCallback")
     args = parser.parse_args(argv)
+    if args.rllib:
+        return rllib_soak(args.rllib)
 
     untraced = run(args.samples, args.warmup, lambda: {"rss": rss_bytes()})
     tracemalloc.start(1)
