@@ -80,7 +80,7 @@ def test_gc_probe_counts_collections_and_time() -> None:
     assert after[key] - before[key] >= 3
     assert after["memprobe/gc/collection_seconds"] > 0
     assert after["memprobe/gc/collection_seconds_total"] >= after["memprobe/gc/collection_seconds"]
-    assert not any(getattr(cb, "__self__", None).__class__.__name__ == "GcProbe"
+    assert not any(getattr(cb, "__module__", "") == "memprobe.probes.gc"
                    for cb in gc.callbacks)  # stop() removed its callback
 
 

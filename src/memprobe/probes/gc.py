@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import time
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import ConfigError
@@ -39,8 +41,10 @@ class GcProbe:
         self._spent = 0.0
         self._spent_reported = 0.0
         self._installed = False
+        self._callback: Callable[[str, dict[str, Any]], None] | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
-    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+    def _on_gc(self, phase: str) -> None:
         if phase == "start":
             self._t0 = time.perf_counter()
         elif self._t0:
@@ -49,20 +53,26 @@ class GcProbe:
 
     def start(self) -> None:
         if not self._installed:
-            gc.callbacks.append(self._callback)
+            # gc.callbacks holds a function that holds only a weak reference to the
+            # probe, and the probe's finalizer removes it: a probe collected without
+            # stop() (a Prober nobody stops) leaves nothing behind in gc.callbacks.
+            callback = _make_callback(weakref.ref(self))
+            gc.callbacks.append(callback)
+            self._callback = callback
+            self._finalizer = weakref.finalize(self, _remove_callback, callback)
             self._installed = True
 
     def stop(self) -> None:
         if self._installed:
-            try:
-                gc.callbacks.remove(self._callback)
-            except ValueError:
-                pass
+            if self._finalizer is not None:
+                self._finalizer.detach()
+            _remove_callback(self._callback)
+            self._callback = self._finalizer = None
             self._installed = False
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_installed"] = False
+        state.update(_installed=False, _callback=None, _finalizer=None)
         return state
 
     def sample(self) -> dict[str, Any]:
@@ -84,6 +94,24 @@ class GcProbe:
         out["collection_seconds_total"] = spent
         self._spent_reported = spent
         return out
+
+
+def _make_callback(
+    ref: weakref.ReferenceType[GcProbe],
+) -> Callable[[str, dict[str, Any]], None]:
+    def callback(phase: str, info: dict[str, Any]) -> None:
+        probe = ref()
+        if probe is not None:
+            probe._on_gc(phase)
+
+    return callback
+
+
+def _remove_callback(callback: Any) -> None:
+    try:
+        gc.callbacks.remove(callback)
+    except ValueError:
+        pass
 
 
 @hookimpl

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import tracemalloc
+import weakref
 from typing import Any
 
 from .._errors import ConfigError, ProbeError
@@ -16,12 +17,16 @@ from ..hookspecs import hookimpl
 _lock = threading.Lock()
 _users = 0
 _started_by_memprobe = False
+# Releases owed by probes that were garbage-collected while another thread (or
+# the collecting thread itself) held _lock; paid at the next acquire or release.
+_owed: list[None] = []
 
 
 def acquire_tracing(nframe: int) -> None:
     """Start tracing if nothing traces yet; count this user either way."""
     global _users, _started_by_memprobe
     with _lock:
+        _pay_owed()
         if not tracemalloc.is_tracing():
             tracemalloc.start(nframe)
             _started_by_memprobe = True
@@ -30,12 +35,41 @@ def acquire_tracing(nframe: int) -> None:
 
 def release_tracing() -> None:
     """Stop tracing when the last memprobe user leaves, if memprobe started it."""
-    global _users, _started_by_memprobe
     with _lock:
-        _users = max(0, _users - 1)
-        if _users == 0 and _started_by_memprobe:
-            tracemalloc.stop()
-            _started_by_memprobe = False
+        _release_locked()
+
+
+def _release_locked() -> None:
+    global _users, _started_by_memprobe
+    _users = max(0, _users - 1)
+    if _users == 0 and _started_by_memprobe:
+        tracemalloc.stop()
+        _started_by_memprobe = False
+
+
+def _pay_owed() -> None:
+    while _owed:
+        _owed.pop()
+        _release_locked()
+
+
+def _release_collected() -> None:
+    """A probe that held tracing was garbage-collected without ``stop()``.
+
+    A Prober nobody stops (RLlib has no hook at ``Algorithm.stop()``) must not
+    keep tracing, and slowing every allocation, for the rest of the process.
+    This may run inside a collection triggered while ``_lock`` is held, so it
+    never waits for the lock: it releases now if it can, else later.
+    """
+    lock = _lock
+    if lock.acquire(blocking=False):
+        try:
+            _release_locked()
+            _pay_owed()
+        finally:
+            lock.release()
+    else:
+        _owed.append(None)
 
 
 def _forget_stopped_tracing() -> None:
@@ -131,23 +165,35 @@ class TracemallocProbe:
         self._filters = default_filters(self.exclude)
         self._previous: Stats | None = None
         self._active = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    def _acquire(self) -> None:
+        acquire_tracing(self.nframe)
+        self._active = True
+        # Released if this probe is collected without stop(): see _release_collected.
+        self._finalizer = weakref.finalize(self, _release_collected)
+
+    def _release(self) -> None:
+        self._active = False
+        if self._finalizer is not None:
+            self._finalizer.detach()
+            self._finalizer = None
+        release_tracing()
 
     def start(self) -> None:
         if self.window_steps is not None:
             return  # windowed: tracing starts with the first window, in sample()
         if not self._active:
-            acquire_tracing(self.nframe)
-            self._active = True
+            self._acquire()
 
     def stop(self) -> None:
         if self._active:
-            self._active = False
-            release_tracing()
+            self._release()
         self._previous = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_active=False, _previous=None)
+        state.update(_active=False, _previous=None, _finalizer=None)
         return state
 
     def _sample_windowed(self) -> dict[str, Any]:
@@ -156,15 +202,13 @@ class TracemallocProbe:
         self._calls += 1
         out: dict[str, Any] = {"window_active": int(self._active)}
         if phase == 0 and not self._active:
-            acquire_tracing(self.nframe)
-            self._active = True
+            self._acquire()
             out["window_active"] = 1
         elif phase == self.window_steps and self._active:
             # Blocks traced now were allocated inside the window and outlived it.
             traced, _ = tracemalloc.get_traced_memory()
             stats = site_stats(self.group_by, self._filters)
-            self._active = False
-            release_tracing()
+            self._release()
             out["window_active"] = 0
             out["survivors_bytes"] = sum(s for s, _ in stats.values())
             out["survivors_count"] = sum(c for _, c in stats.values())
