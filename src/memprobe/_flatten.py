@@ -397,9 +397,11 @@ def _walk(
                 raise MetricValueError(src or "<root>", f"flattens to over max_keys={limit} keys")
     if other:
         base = f"{key}{sep}{OTHER}" if key else OTHER
+        other_src = f"{src}{sep}{OTHER}"
         for rel, val in other.items():
             k2 = f"{base}{sep}{rel}" if rel and rel != "_" else base
             if k2 in out:  # a real site literally named "other": add to it
-                out[k2] += val
-            else:
-                _emit(out, sources, k2, f"{src}{sep}{OTHER}", val)
+                val += out[k2]
+                del sources[k2], out[k2]
+            # A sum of in-range ints can leave the 64-bit range: checked like any value.
+            _emit(out, sources, k2, other_src, _check_number(other_src, val))
