@@ -20,7 +20,7 @@ import tracemalloc
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import rllib_overhead as ro  # noqa: E402
+import rllib_overhead as ro
 
 WINDOW = {"window_steps": 2, "period_steps": 20}
 

@@ -27,7 +27,7 @@ def _run(budget, seconds=0.8):
 
 
 def test_budget_keeps_costly_probe_under_fraction():
-    ran, measured, reported, wall, cost = _run(0.01)
+    ran, _measured, reported, wall, cost = _run(0.01)
     # The first sample always runs; after it, the probe may run at most once per
     # cost / budget seconds. Counting runs, not seconds, holds however big the heap
     # (and so the probe's cost) is in this process.

@@ -745,10 +745,10 @@ class Prober:
                 if v.key in self._leak_alarmed:
                     continue
                 self._leak_alarmed.add(v.key)
-                if self._on_leak == "warn":
+                if callable(self._on_leak):
+                    self._on_leak(v)
+                else:  # "warn"
                     warnings.warn(f"memprobe: leak: {v.describe()}", LeakWarning, stacklevel=4)
-                else:
-                    self._on_leak(v)  # type: ignore[operator]
         except Warning:
             raise  # warnings turned into errors by the user's filters are theirs
         except Exception as exc:
