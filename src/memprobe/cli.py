@@ -31,9 +31,10 @@ PROG = "memprobe"
 #: Whole-process metrics the report summarizes, in this order, when present:
 #: the ones the leak verdicts judge.
 MAIN_METRICS = DEFAULT_METRICS
-#: Metrics drawn by ``--plot``, one panel each, when present.
-PLOT_METRICS = ("process/rss_bytes", "tracemalloc/traced_bytes", "process/num_fds",
-                "objects/total_count")
+#: Metrics drawn by ``--plot``, one panel each, when present. traced_bytes only
+#: for files written before filtered_bytes existed (it is the one judged).
+PLOT_METRICS = ("process/rss_bytes", "tracemalloc/filtered_bytes", "tracemalloc/traced_bytes",
+                "process/num_fds", "objects/total_count")
 
 
 class CliError(MemprobeError):
@@ -460,6 +461,8 @@ def _plot_png(plt: Any, results: list[tuple[ProcessRun, list[MetricSummary], Any
     panels = [m for m in PLOT_METRICS
               if any(_short(ms.key) == m for _, sums, _ in results for ms in sums)]
     panels = panels or ["process/rss_bytes"]
+    if "tracemalloc/filtered_bytes" in panels and "tracemalloc/traced_bytes" in panels:
+        panels.remove("tracemalloc/traced_bytes")
     fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels) + 0.6),
                              sharex=True, squeeze=False)
     for ax, metric in zip(axes[:, 0], panels):
