@@ -214,3 +214,51 @@ def test_growth_that_stopped_halfway_is_not_a_leak() -> None:
     assert v.slope_low > 0 and v.status == "ok", v.describe()
     leak = memprobe.analyze(xs, [1000 * x + (x * 7919 % 13) * 100 for x in xs], warmup=None)
     assert leak.status == "leak"
+
+
+class _Replay:
+    """A probe that returns the next value of a fixed series, as ``level_bytes``."""
+
+    series: list[float] = []
+
+    def __init__(self) -> None:
+        self.i = 0
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+    def sample(self) -> dict:
+        self.i += 1
+        return {"level_bytes": self.series[self.i - 1]}
+
+
+class _ReplayPlugin:
+    @memprobe.hookimpl
+    def memprobe_register_probes(self, register) -> None:
+        register("replay", _Replay)
+
+
+@pytest.mark.parametrize("confirmations", [1, 2, 3])
+def test_alarm_fires_after_the_confirmations_in_a_row(confirmations: int) -> None:
+    """The alarm fires at the first check that ends a run of ``confirmations`` leaking
+    checks, judged on the history the Prober had at each check."""
+    # Flat (a deterministic wobble), then a steady leak of 4 KiB per sample.
+    _Replay.series = [1e6 + 3000 * ((i * 7) % 5) + (4096 * (i - 60) if i > 60 else 0)
+                      for i in range(200)]
+    pm = memprobe.get_plugin_manager(load_entrypoints=False)
+    pm.register(_ReplayPlugin())
+    fired: list[int] = []
+    checks: list[bool] = []
+    with memprobe.Prober(["replay"], plugin_manager=pm, on_leak=lambda v: fired.append(i),
+                         leak_check_every=10, leak_confirmations=confirmations,
+                         leak_options={"metrics": ["replay/level_bytes"]}) as prober:
+        for i in range(200):
+            prober.sample(step=i)
+            if (i + 1) % 10 == 0:
+                report = memprobe.analyze_samples(list(prober.history),
+                                                  metrics=["replay/level_bytes"])
+                checks.append(bool(report.get("replay/level_bytes").leak))
+    first = next(c for c in range(len(checks))
+                 if c + 1 >= confirmations and all(checks[c + 1 - confirmations: c + 1]))
+    assert fired == [10 * first + 9]  # once, at that check
+    assert not any(checks[:5])  # the flat part never leaked, so the alarm waited for the leak

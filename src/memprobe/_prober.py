@@ -230,13 +230,20 @@ def _check_tags(tags: Any, sink: Any) -> dict[str, Any] | None:
     return dict(tags)
 
 
+def _did_you_mean(name: str, known: Sequence[str]) -> str:
+    """``"; did you mean 'x'?"`` with the closest of ``known`` to ``name``, or ``""``."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _check_leak_options(options: Any) -> dict[str, Any]:
     """``leak_options=``: option names of :func:`memprobe.leaks.analyze_samples`."""
     if options is None:
         return {}
     if not isinstance(options, Mapping):
         raise ConfigError("leak_options", f"must be a mapping, got {options!r}")
-    import difflib
     import inspect
 
     from .leaks import analyze, analyze_samples
@@ -247,8 +254,7 @@ def _check_leak_options(options: Any) -> dict[str, Any]:
     }
     for k in options:
         if k not in known:
-            close = difflib.get_close_matches(str(k), sorted(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = _did_you_mean(str(k), sorted(known))
             raise ConfigError(f"leak_options.{k}", f"unknown option{hint} "
                               f"(options: {', '.join(sorted(known))})")
     return dict(options)
@@ -312,7 +318,6 @@ def parse_probes(
 
 def _bad_options(info: ProbeInfo, options: Mapping[str, Any], exc: TypeError) -> str:
     """What is wrong with the options a factory refused: unknown names, with suggestions."""
-    import difflib
     import inspect
 
     try:
@@ -324,8 +329,7 @@ def _bad_options(info: ProbeInfo, options: Mapping[str, Any], exc: TypeError) ->
     known = sorted([*params, *SCHEDULE_OPTIONS, *GUARD_OPTIONS])
     for name in options:
         if name not in params:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = _did_you_mean(name, known)
             return f"unknown option {name!r}{hint} (options: {', '.join(known)})"
     return f"bad options {dict(options)!r}: {exc}"
 
@@ -380,6 +384,14 @@ class Prober:
         A probe whose ``sample()`` takes longer has its values dropped, counted
         in ``memprobe/errors/<probe>`` and ``memprobe/timeouts/<probe>``.
 
+    :param on_leak: the leak alarm: ``"warn"`` (a :class:`memprobe.LeakWarning`) or a
+        callable given each newly leaking :class:`memprobe.Verdict`, once per metric.
+    :param leak_check_every: with ``on_leak``, judge ``history`` every this many samples.
+    :param leak_confirmations: alarm only when a metric is judged leaking at this many
+        checks in a row (a transient, such as an allocator step after a plateau, rarely
+        lasts two checks: docs/leaks.md has the false-alarm rates).
+    :param leak_options: options of :func:`memprobe.analyze_samples` for the alarm.
+
     Every probe also takes the guard options ``time_limit_seconds``, ``max_keys``
     (most keys one sample may return, default 10,000; over it the sample is an
     error) and ``isolate`` (run the probe in a worker thread, so that a probe
@@ -405,6 +417,7 @@ class Prober:
         time_limit_seconds: float | None = None,
         on_leak: Callable[[Any], None] | str | None = None,
         leak_check_every: int = 50,
+        leak_confirmations: int = 2,
         leak_options: Mapping[str, Any] | None = None,
     ) -> None:
         if time_limit_seconds is not None:
@@ -477,6 +490,8 @@ class Prober:
             raise ConfigError("on_leak", f"must be a callable or 'warn', got {on_leak!r}")
         self._on_leak = on_leak
         self._leak_every = _check_int("leak_check_every", leak_check_every, 1)
+        self._leak_confirm = _check_int("leak_confirmations", leak_confirmations, 1)
+        self._leak_streak: dict[str, int] = {}  # consecutive checks each metric leaked
         self._leak_options = _check_leak_options(leak_options)
         self._leak_alarmed: set[str] = set()
         self._leak_samples = 0
@@ -741,8 +756,11 @@ class Prober:
             from ._errors import LeakWarning
 
             report = self.report(**self._leak_options)
-            for v in report.leaks:
-                if v.key in self._leak_alarmed:
+            leaks = report.leaks
+            streak = self._leak_streak
+            self._leak_streak = {v.key: streak.get(v.key, 0) + 1 for v in leaks}
+            for v in leaks:
+                if v.key in self._leak_alarmed or self._leak_streak[v.key] < self._leak_confirm:
                     continue
                 self._leak_alarmed.add(v.key)
                 if callable(self._on_leak):
@@ -853,13 +871,10 @@ def watch(
     the Prober is ``.prober`` of the returned object (its ``history`` holds
     the samples). Other keyword options go to :class:`Prober`.
     """
-    import difflib
     import inspect
 
     known = [n for n in inspect.signature(Prober).parameters if n != "probes"]
     for name in options:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(name, f"unknown option of memprobe.watch{hint}")
+            raise ConfigError(name, f"unknown option of memprobe.watch{_did_you_mean(name, known)}")
     return Watch(iterable, Prober(probes, every=every, **options))
