@@ -229,3 +229,18 @@ def test_callback_configure_accepts_good_options_and_keeps_them() -> None:
     # a configured class is configured again from its own options
     with pytest.raises(memprobe.ConfigError, match="did you mean 'budget'"):
         cls.configure(budgte=0.1)
+
+
+HUGE = 10**5000  # over Python's 4,300-digit limit for printing an int
+
+
+@pytest.mark.parametrize("options", [
+    {"every": HUGE}, {"history": -HUGE}, {"budget": HUGE}, {"leak_check_every": HUGE},
+    {"interval_seconds": HUGE}, {"probes": {"process": {"every": HUGE}}},
+    {"probes": [HUGE]}, {"probes": {"tracemalloc": {"nframe": HUGE}}},
+], ids=lambda o: next(iter(o)))
+def test_an_int_too_large_to_print_still_gives_a_config_error(options: dict[str, Any]) -> None:
+    """Building the message must not fail: ``repr`` of such an int raises ValueError."""
+    with pytest.raises(memprobe.ConfigError) as info:
+        memprobe.Prober(load_entrypoints=False, **options)
+    assert "<int of 16610 bits>" in str(info.value) or "too large" in str(info.value)

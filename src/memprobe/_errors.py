@@ -5,6 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def show(value: object) -> str:
+    """``repr(value)`` for an error message, which must never fail to build.
+
+    An int too large to print (Python refuses over 4,300 digits) is described
+    by its size; a value whose ``repr()`` raises, by its type.
+    """
+    if isinstance(value, int) and value.bit_length() > 4096:
+        return f"<int of {value.bit_length()} bits>"
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__} object whose repr() failed>"
+
+
 class MemprobeError(Exception):
     """Base class of every error memprobe raises."""
 

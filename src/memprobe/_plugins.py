@@ -14,7 +14,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from ._errors import ConfigError, PluginWarning
+from ._errors import ConfigError, PluginWarning, show
 
 #: The entry-point group third-party plugins declare.
 ENTRY_POINT_GROUP = "memprobe"
@@ -158,7 +158,9 @@ def collect_probes(pm: pluggy.PluginManager) -> dict[str, ProbeInfo]:
 
         def register(name: str, factory: Callable[..., Any], _plugin: str = plugin_name) -> None:
             if not isinstance(name, str) or not name:
-                raise ConfigError("register", f"probe name must be a non-empty str, got {name!r}")
+                raise ConfigError(
+                    "register", f"probe name must be a non-empty str, got {show(name)}"
+                )
             if not callable(factory):
                 raise ConfigError(name, f"probe factory {factory!r} is not callable")
             if name in registry:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import pluggy
 
-from ._errors import ConfigError, MetricValueError, ProbeError, ProbeFailedWarning
+from ._errors import ConfigError, MetricValueError, ProbeError, ProbeFailedWarning, show
 from ._flatten import KeyCap, Number, _check_number, flatten, sanitize_key
 from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
 from ._sinks import JsonlSink, Sink
@@ -134,9 +134,9 @@ def _new_sample(time_seconds: float, step: int | None, pid: int, values: dict[st
 
 def _check_int(option: str, value: Any, minimum: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(option, f"must be an int >= {minimum}, got {value!r}")
+        raise ConfigError(option, f"must be an int >= {minimum}, got {show(value)}")
     if value > _INT_OPTION_MAX:
-        raise ConfigError(option, f"must be at most {_INT_OPTION_MAX}, got {value!r}")
+        raise ConfigError(option, f"must be at most {_INT_OPTION_MAX}, got {show(value)}")
     return value
 
 
@@ -146,7 +146,7 @@ _INT_OPTION_MAX = 2**62
 
 def _check_seconds(option: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ConfigError(option, f"must be a number of seconds >= 0, got {value!r}")
+        raise ConfigError(option, f"must be a number of seconds >= 0, got {show(value)}")
     return _as_float(option, value)
 
 
@@ -201,7 +201,7 @@ class _Slot:
 
 def _check_limit(option: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(option, f"must be a number of seconds > 0, got {value!r}")
+        raise ConfigError(option, f"must be a number of seconds > 0, got {show(value)}")
     if value == float("inf"):
         raise ConfigError(option, "must be finite; leave it out for no limit")
     return _as_float(option, value)
@@ -212,7 +212,7 @@ def _check_tags(tags: Any, sink: Any) -> dict[str, Any] | None:
     if tags is None:
         return None
     if not isinstance(tags, Mapping):
-        raise ConfigError("tags", f"must be a mapping, got {tags!r}")
+        raise ConfigError("tags", f"must be a mapping, got {show(tags)}")
     if not isinstance(sink, (str, os.PathLike)):
         raise ConfigError("tags", "only apply when sink is a path (a JSONL file); "
                           f"got sink={sink!r}")
@@ -220,7 +220,7 @@ def _check_tags(tags: Any, sink: Any) -> dict[str, Any] | None:
 
     for k, v in tags.items():
         if not isinstance(k, str):
-            raise ConfigError("tags", f"keys must be str, got {k!r}")
+            raise ConfigError("tags", f"keys must be str, got {show(k)}")
         if k in ("time", "step", "pid", "values"):
             raise ConfigError("tags", f"{k!r} is a field of every JSONL line; rename the tag")
         try:
@@ -243,7 +243,7 @@ def _check_leak_options(options: Any) -> dict[str, Any]:
     if options is None:
         return {}
     if not isinstance(options, Mapping):
-        raise ConfigError("leak_options", f"must be a mapping, got {options!r}")
+        raise ConfigError("leak_options", f"must be a mapping, got {show(options)}")
     import inspect
 
     from .leaks import analyze, analyze_samples
@@ -270,7 +270,7 @@ def _guard_options(
     max_keys = _check_int(f"probes.{name}.max_keys", opts.pop("max_keys", DEFAULT_MAX_KEYS), 1)
     isolate = opts.pop("isolate", False)
     if not isinstance(isolate, bool):
-        raise ConfigError(f"probes.{name}.isolate", f"must be a bool, got {isolate!r}")
+        raise ConfigError(f"probes.{name}.isolate", f"must be a bool, got {show(isolate)}")
     if isolate and limit is None:
         raise ConfigError(
             f"probes.{name}.isolate",
@@ -291,25 +291,25 @@ def parse_probes(
     if isinstance(probes, Mapping):
         for name, opts in probes.items():
             if not isinstance(name, str):
-                raise ConfigError("probes", f"probe names must be str, got {name!r}")
+                raise ConfigError("probes", f"probe names must be str, got {show(name)}")
             if opts is None:
                 opts = {}
             if not isinstance(opts, Mapping):
-                raise ConfigError(f"probes.{name}", f"options must be a mapping, got {opts!r}")
+                raise ConfigError(f"probes.{name}", f"options must be a mapping, got {show(opts)}")
             for k in opts:
                 if not isinstance(k, str):
-                    raise ConfigError(f"probes.{name}", f"option names must be str, got {k!r}")
+                    raise ConfigError(f"probes.{name}", f"option names must be str, got {show(k)}")
             out[name] = dict(opts)
         return out
     try:
         names = list(probes)
     except TypeError:
         raise ConfigError(
-            "probes", f"must be a list of names or a mapping, got {probes!r}"
+            "probes", f"must be a list of names or a mapping, got {show(probes)}"
         ) from None
     for name in names:
         if not isinstance(name, str):
-            raise ConfigError("probes", f"probe names must be str, got {name!r}")
+            raise ConfigError("probes", f"probe names must be str, got {show(name)}")
         if name in out:
             raise ConfigError("probes", f"probe {name!r} is named twice")
         out[name] = {}
@@ -427,19 +427,19 @@ class Prober:
         if budget is not None and (
             isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget <= 1
         ):
-            raise ConfigError("budget", f"must be a fraction in (0, 1], got {budget!r}")
+            raise ConfigError("budget", f"must be a fraction in (0, 1], got {show(budget)}")
         self.budget = None if budget is None else float(budget)
         _check_int("history", history, 1)
         self.max_failures = _check_int("max_failures", max_failures, 1)
         _check_int("max_site_keys", max_site_keys, 0)
         if not isinstance(prefix, str):
-            raise ConfigError("prefix", f"must be a str, got {prefix!r}")
+            raise ConfigError("prefix", f"must be a str, got {show(prefix)}")
         self.prefix = prefix
         if not isinstance(load_entrypoints, bool):
-            raise ConfigError("load_entrypoints", f"must be a bool, got {load_entrypoints!r}")
+            raise ConfigError("load_entrypoints", f"must be a bool, got {show(load_entrypoints)}")
         if plugin_manager is not None and not isinstance(plugin_manager, pluggy.PluginManager):
             raise ConfigError(
-                "plugin_manager", f"must be a pluggy.PluginManager, got {plugin_manager!r}"
+                "plugin_manager", f"must be a pluggy.PluginManager, got {show(plugin_manager)}"
             )
         tags = _check_tags(tags, sink)
         self._pm = plugin_manager or get_plugin_manager(load_entrypoints=load_entrypoints)
@@ -467,7 +467,7 @@ class Prober:
         elif isinstance(sink, (str, os.PathLike)):
             self.sink = JsonlSink(sink, tags=tags)
         else:
-            raise ConfigError("sink", f"must be a path or an object with write(), got {sink!r}")
+            raise ConfigError("sink", f"must be a path or an object with write(), got {show(sink)}")
         self.history: deque[Sample] = deque(maxlen=history)
         self.key_cap = KeyCap(max_site_keys)
         self._lock = threading.RLock()
@@ -487,7 +487,7 @@ class Prober:
         # Leak alarm (memprobe.leaks): "warn" issues a LeakWarning, a callable
         # gets each new leaking Verdict; checked every leak_check_every samples.
         if on_leak is not None and on_leak != "warn" and not callable(on_leak):
-            raise ConfigError("on_leak", f"must be a callable or 'warn', got {on_leak!r}")
+            raise ConfigError("on_leak", f"must be a callable or 'warn', got {show(on_leak)}")
         self._on_leak = on_leak
         self._leak_every = _check_int("leak_check_every", leak_check_every, 1)
         self._leak_confirm = _check_int("leak_confirmations", leak_confirmations, 1)

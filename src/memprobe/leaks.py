@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._errors import ConfigError, LeakError
+from ._errors import ConfigError, LeakError, show
 
 if TYPE_CHECKING:
     from ._prober import Sample
@@ -426,11 +426,11 @@ def analyze(
     """
     _check_series(key, xs, ys)
     if not 0 < confidence < 1:
-        raise ConfigError("confidence", f"must be in (0, 1), got {confidence!r}")
+        raise ConfigError("confidence", f"must be in (0, 1), got {show(confidence)}")
     if not isinstance(min_points, int) or min_points < 3:
-        raise ConfigError("min_points", f"must be an int >= 3, got {min_points!r}")
+        raise ConfigError("min_points", f"must be an int >= 3, got {show(min_points)}")
     if not isinstance(max_points, int) or max_points < min_points:
-        raise ConfigError("max_points", f"must be an int >= min_points, got {max_points!r}")
+        raise ConfigError("max_points", f"must be an int >= min_points, got {show(max_points)}")
     if times is not None and len(times) != len(xs):
         raise ConfigError("times", f"{key or 'series'}: {len(times)} times for {len(xs)} points")
     n = len(xs)
@@ -441,7 +441,7 @@ def analyze(
     elif isinstance(warmup, int) and not isinstance(warmup, bool) and warmup >= 0:
         k = min(warmup, n)
     else:
-        raise ConfigError("warmup", f"must be None, 'auto' or an int >= 0, got {warmup!r}")
+        raise ConfigError("warmup", f"must be None, 'auto' or an int >= 0, got {show(warmup)}")
     ux, uy = xs[k:], ys[k:]
     used = n - k
     if used < min_points:
@@ -619,14 +619,14 @@ def check_leaks(
     from .probes.tracemalloc import acquire_tracing, release_tracing
 
     if not callable(fn):
-        raise ConfigError("fn", f"must be callable, got {fn!r}")
+        raise ConfigError("fn", f"must be callable, got {show(fn)}")
     if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 3:
-        raise ConfigError("repeats", f"must be an int >= 3, got {repeats!r}")
+        raise ConfigError("repeats", f"must be an int >= 3, got {show(repeats)}")
     if tracemalloc_top is not None and (
         not isinstance(tracemalloc_top, int) or tracemalloc_top < 1
     ):
         raise ConfigError(
-            "tracemalloc_top", f"must be None or an int >= 1, got {tracemalloc_top!r}"
+            "tracemalloc_top", f"must be None or an int >= 1, got {show(tracemalloc_top)}"
         )
     if probes is None:
         probes = ["process"]
@@ -711,7 +711,9 @@ def assert_no_leak(
         or not isinstance(max_growth_bytes, (int, float))
         or max_growth_bytes < 0
     ):
-        raise ConfigError("max_growth_bytes", f"must be a number >= 0, got {max_growth_bytes!r}")
+        raise ConfigError(
+            "max_growth_bytes", f"must be a number >= 0, got {show(max_growth_bytes)}"
+        )
     if probes is None:
         probes = {"process": {}}
         if "objects/total_count" in metrics:

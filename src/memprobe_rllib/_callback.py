@@ -13,6 +13,7 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 
 import memprobe
 from memprobe import ConfigError
+from memprobe._errors import show
 from memprobe._prober import parse_probes
 
 #: ``trigger=`` values: sample at every episode end, or once per ``EnvRunner.sample()``.
@@ -189,15 +190,15 @@ class MemoryProbeCallback(RLlibCallback):
                               "nothing would be probed")
         plugins = merged["plugins"]
         if not isinstance(plugins, (list, tuple)) or not all(isinstance(p, str) for p in plugins):
-            raise ConfigError("plugins", f"must be a list of module names, got {plugins!r}")
+            raise ConfigError("plugins", f"must be a list of module names, got {show(plugins)}")
         merged["plugins"] = tuple(plugins)
         le = merged["leak_every"]
         if le is not None and (not isinstance(le, int) or isinstance(le, bool) or le < 1):
-            raise ConfigError("leak_every", f"must be None or an int >= 1, got {le!r}")
+            raise ConfigError("leak_every", f"must be None or an int >= 1, got {show(le)}")
         jsonl = merged["jsonl"]
         if jsonl is not None:
             if not isinstance(jsonl, (str, os.PathLike)):
-                raise ConfigError("jsonl", f"must be a path or None, got {jsonl!r}")
+                raise ConfigError("jsonl", f"must be a path or None, got {show(jsonl)}")
             merged["jsonl"] = os.path.abspath(os.fspath(jsonl))
         probes = merged["probes"]
         if probes is not None and not isinstance(probes, str):

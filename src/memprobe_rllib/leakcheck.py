@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprobe import ConfigError, MemprobeError
+from memprobe._errors import show
 from memprobe.leaks import Report, check_leaks
 
 __all__ = ["COMPONENTS", "ComponentCheck", "LeakCheckResult", "check_rllib_leaks"]
@@ -147,7 +148,9 @@ def _runner(target: Any) -> tuple[Any, Any, bool]:
                                    or getattr(runner, "module", None) is None):
             runner = None  # a local runner without env (remote runners do the sampling)
     else:
-        raise ConfigError("config", f"expected an AlgorithmConfig or an Algorithm, got {target!r}")
+        raise ConfigError(
+            "config", f"expected an AlgorithmConfig or an Algorithm, got {show(target)}"
+        )
     if not config.enable_env_runner_and_connector_v2 or not config.enable_rl_module_and_learner:
         raise ConfigError(
             "config", "the old API stack is not supported here; use RLlib's own "
@@ -281,24 +284,26 @@ def check_rllib_leaks(
         n = reps[c]
         if not isinstance(n, int) or isinstance(n, bool) or n < warmup + 10:
             raise ConfigError(
-                "repeats", f"{c}: must be an int >= warmup + 10 ({warmup + 10}), got {n!r}"
+                "repeats", f"{c}: must be an int >= warmup + 10 ({warmup + 10}), got {show(n)}"
             )
     for opt, v, low in (("warmup", warmup, 0), ("batch_size", batch_size, 1),
                         ("max_episode_steps", max_episode_steps, 1)):
         if not isinstance(v, int) or isinstance(v, bool) or v < low:
-            raise ConfigError(opt, f"must be an int >= {low}, got {v!r}")
+            raise ConfigError(opt, f"must be an int >= {low}, got {show(v)}")
     if sample_timesteps is not None and (
         not isinstance(sample_timesteps, int) or sample_timesteps < 1
     ):
         raise ConfigError(
-            "sample_timesteps", f"must be None or an int >= 1, got {sample_timesteps!r}"
+            "sample_timesteps", f"must be None or an int >= 1, got {show(sample_timesteps)}"
         )
     if (
         isinstance(max_growth_bytes, bool)
         or not isinstance(max_growth_bytes, (int, float))
         or max_growth_bytes < 0
     ):
-        raise ConfigError("max_growth_bytes", f"must be a number >= 0, got {max_growth_bytes!r}")
+        raise ConfigError(
+            "max_growth_bytes", f"must be a number >= 0, got {show(max_growth_bytes)}"
+        )
 
     config, runner, built = _runner(target)
     probes: dict[str, dict[str, Any]] = {"process": {}}

@@ -8,7 +8,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import ConfigError
+from .._errors import ConfigError, show
 from ..hookspecs import hookimpl
 
 _GEN = tuple(f"gen{i}" for i in range(8))
@@ -35,7 +35,7 @@ class GcProbe:
 
     def __init__(self, *, collect: bool = False) -> None:
         if not isinstance(collect, bool):
-            raise ConfigError("gc.collect", f"must be a bool, got {collect!r}")
+            raise ConfigError("gc.collect", f"must be a bool, got {show(collect)}")
         self.collect = collect
         self._t0 = 0.0
         self._spent = 0.0

@@ -6,7 +6,7 @@ import gc
 from collections import Counter
 from typing import Any
 
-from .._errors import ConfigError
+from .._errors import ConfigError, show
 from .._flatten import SiteMap
 from ..hookspecs import hookimpl
 
@@ -34,9 +34,9 @@ class ObjectsProbe:
 
     def __init__(self, *, top: int = 10, collect: bool = False) -> None:
         if not isinstance(top, int) or isinstance(top, bool) or top < 0:
-            raise ConfigError("objects.top", f"must be an int >= 0, got {top!r}")
+            raise ConfigError("objects.top", f"must be an int >= 0, got {show(top)}")
         if not isinstance(collect, bool):
-            raise ConfigError("objects.collect", f"must be a bool, got {collect!r}")
+            raise ConfigError("objects.collect", f"must be a bool, got {show(collect)}")
         self.top = top
         self.collect = collect
         self._previous: Counter[type] | None = None

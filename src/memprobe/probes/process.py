@@ -6,7 +6,7 @@ import os
 import sys
 from typing import Any
 
-from .._errors import ConfigError
+from .._errors import ConfigError, show
 from ..hookspecs import hookimpl
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -59,11 +59,11 @@ class ProcessProbe:
 
     def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None) -> None:
         if not isinstance(full, bool):
-            raise ConfigError("process.full", f"must be a bool, got {full!r}")
+            raise ConfigError("process.full", f"must be a bool, got {show(full)}")
         if not isinstance(fds, bool):
-            raise ConfigError("process.fds", f"must be a bool, got {fds!r}")
+            raise ConfigError("process.fds", f"must be a bool, got {show(fds)}")
         if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
-            raise ConfigError("process.pid", f"must be a positive int, got {pid!r}")
+            raise ConfigError("process.pid", f"must be a positive int, got {show(pid)}")
         self.full = full
         self.fds = fds
         self.pid = pid

@@ -7,7 +7,7 @@ import tracemalloc
 import weakref
 from typing import Any
 
-from .._errors import ConfigError, ProbeError
+from .._errors import ConfigError, ProbeError, show
 from .._flatten import SiteMap
 from .._sitestats import Stats, default_filters, site_stats
 from ..hookspecs import hookimpl
@@ -128,18 +128,20 @@ class TracemallocProbe:
         period_steps: int | None = None,
     ) -> None:
         if not isinstance(top, int) or isinstance(top, bool) or top < 0:
-            raise ConfigError("tracemalloc.top", f"must be an int >= 0, got {top!r}")
+            raise ConfigError("tracemalloc.top", f"must be an int >= 0, got {show(top)}")
         if not isinstance(nframe, int) or isinstance(nframe, bool) or not 1 <= nframe <= 100:
-            raise ConfigError("tracemalloc.nframe", f"must be an int from 1 to 100, got {nframe!r}")
+            raise ConfigError(
+                "tracemalloc.nframe", f"must be an int from 1 to 100, got {show(nframe)}"
+            )
         if group_by not in ("lineno", "traceback"):
             raise ConfigError(
-                "tracemalloc.group_by", f"must be 'lineno' or 'traceback', got {group_by!r}"
+                "tracemalloc.group_by", f"must be 'lineno' or 'traceback', got {show(group_by)}"
             )
         if isinstance(exclude, str) or not all(  # type: ignore[unreachable]
             isinstance(p, str) for p in exclude
         ):
             raise ConfigError(
-                "tracemalloc.exclude", f"must be a list of filename patterns, got {exclude!r}"
+                "tracemalloc.exclude", f"must be a list of filename patterns, got {show(exclude)}"
             )
         if (window_steps is None) != (period_steps is None):
             raise ConfigError(
@@ -149,7 +151,7 @@ class TracemallocProbe:
         if window_steps is not None:
             for opt, v in (("window_steps", window_steps), ("period_steps", period_steps)):
                 if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                    raise ConfigError(f"tracemalloc.{opt}", f"must be an int >= 1, got {v!r}")
+                    raise ConfigError(f"tracemalloc.{opt}", f"must be an int >= 1, got {show(v)}")
             if window_steps >= period_steps:  # type: ignore[operator]
                 raise ConfigError(
                     "tracemalloc.window_steps",
