@@ -83,6 +83,8 @@ class JsonlSink:
         self.path = self.path_template.replace("{pid}", str(pid))
         parent = os.path.dirname(self.path)
         if parent:
+            if os.path.exists(parent) and not os.path.isdir(parent):  # makedirs: "File exists"
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), parent)
             os.makedirs(parent, exist_ok=True)
         # An fd inherited from the parent is left open: closing it by number in a
         # child that may have reused the number would close someone else's file.
