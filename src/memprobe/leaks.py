@@ -686,6 +686,17 @@ def check_leaks(
     return analyze_samples(samples, thresholds=thresholds, warmup=warmup, **opts)
 
 
+def check_growth_bytes(max_growth_bytes: Any, option: str = "max_growth_bytes") -> float:
+    """A growth tolerance in bytes: a number >= 0, else :class:`ConfigError` naming ``option``."""
+    if (
+        isinstance(max_growth_bytes, bool)
+        or not isinstance(max_growth_bytes, (int, float))
+        or not max_growth_bytes >= 0
+    ):
+        raise ConfigError(option, f"must be a number >= 0, got {show(max_growth_bytes)}")
+    return max_growth_bytes
+
+
 def assert_no_leak(
     fn: Callable[[], Any],
     *,
@@ -706,14 +717,7 @@ def assert_no_leak(
     :returns: the :class:`Report` when nothing leaks.
     :raises LeakError: naming the metrics that grew and the suspect sites.
     """
-    if (
-        isinstance(max_growth_bytes, bool)
-        or not isinstance(max_growth_bytes, (int, float))
-        or max_growth_bytes < 0
-    ):
-        raise ConfigError(
-            "max_growth_bytes", f"must be a number >= 0, got {show(max_growth_bytes)}"
-        )
+    check_growth_bytes(max_growth_bytes)
     if probes is None:
         probes = {"process": {}}
         if "objects/total_count" in metrics:

@@ -36,7 +36,7 @@ from typing import Any
 
 from memprobe import ConfigError, MemprobeError
 from memprobe._errors import show
-from memprobe.leaks import Report, check_leaks
+from memprobe.leaks import Report, check_growth_bytes, check_leaks
 
 __all__ = ["COMPONENTS", "ComponentCheck", "LeakCheckResult", "check_rllib_leaks"]
 
@@ -296,14 +296,7 @@ def check_rllib_leaks(
         raise ConfigError(
             "sample_timesteps", f"must be None or an int >= 1, got {show(sample_timesteps)}"
         )
-    if (
-        isinstance(max_growth_bytes, bool)
-        or not isinstance(max_growth_bytes, (int, float))
-        or max_growth_bytes < 0
-    ):
-        raise ConfigError(
-            "max_growth_bytes", f"must be a number >= 0, got {show(max_growth_bytes)}"
-        )
+    check_growth_bytes(max_growth_bytes)
 
     config, runner, built = _runner(target)
     probes: dict[str, dict[str, Any]] = {"process": {}}
