@@ -33,6 +33,20 @@ ITERATIONS = 50
 HISTORY = 8  # both ring buffers full before iteration 10
 
 
+def driver_ppo(callbacks: type, train_batch_size: int, minibatch_size: int):
+    """PPO on CartPole-v1 sampling in the driver (no remote EnvRunners), one epoch."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    return (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0)
+        .training(train_batch_size=train_batch_size, minibatch_size=minibatch_size, num_epochs=1)
+        .callbacks(callbacks)
+        .debugging(log_level="ERROR")
+    )
+
+
 def memprobe_traced_bytes() -> int:
     """Live traced bytes allocated in memprobe's or memprobe_rllib's files."""
     gc.collect()
@@ -42,17 +56,7 @@ def memprobe_traced_bytes() -> int:
 
 @pytest.mark.slow
 def test_fifty_ppo_iterations_show_no_memprobe_growth(ray_session) -> None:
-    from ray.rllib.algorithms.ppo import PPOConfig
-
-    cls = MemoryProbeCallback.configure(history=HISTORY)
-    config = (
-        PPOConfig()
-        .environment("CartPole-v1")
-        .env_runners(num_env_runners=0)
-        .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
-        .callbacks(cls)
-        .debugging(log_level="ERROR")
-    )
+    config = driver_ppo(MemoryProbeCallback.configure(history=HISTORY), 128, 64)
     owned: dict[int, int] = {}
     algo = config.build_algo()
     tracemalloc.start(1)
@@ -102,19 +106,10 @@ def test_raising_probe_and_short_batches_in_the_driver(ray_session, warnings_fil
     raised (its first failure, its disabling) are lost and counted in
     ``errors/memprobe_rllib``.
     """
-    from ray.rllib.algorithms.ppo import PPOConfig
-
     cls = MemoryProbeCallback.configure(
         probes=["process", "raising"], plugins=["memprobe_test_raising_plugin"]
     )
-    config = (
-        PPOConfig()
-        .environment("CartPole-v1")
-        .env_runners(num_env_runners=0)
-        .training(train_batch_size=8, minibatch_size=8, num_epochs=1)
-        .callbacks(cls)
-        .debugging(log_level="ERROR")
-    )
+    config = driver_ppo(cls, 8, 8)
     algo = config.build_algo()
     try:
         with warnings.catch_warnings():
