@@ -140,27 +140,28 @@ def is_leak(ys: list[float]) -> bool:
     return analyze(range(len(ys)), ys).status == "leak"
 
 
-def steps_to_detect(ys: list[float], every: int = 10, confirmations: int = 2) -> int | None:
-    """The step at which a check every ``every`` steps has said leak ``confirmations``
-    times in a row (the Prober's alarm with ``leak_check_every=every``)."""
+def alarm_step(ys: list[float], *, every: int, first: int, confirmations: int) -> int | None:
+    """The step at which checks every ``every`` steps from step ``first`` have said leak
+    ``confirmations`` times in a row (the Prober's alarm with ``leak_check_every=every``),
+    or None."""
     streak = 0
-    for m in range(20, len(ys) + 1, every):
+    for m in range(first, len(ys) + 1, every):
         streak = streak + 1 if is_leak(ys[:m]) else 0
         if streak >= confirmations:
             return m
     return None
 
 
+def steps_to_detect(ys: list[float], every: int = 10, confirmations: int = 2) -> int | None:
+    """When the alarm, checking every ``every`` steps from step 20, first fires."""
+    return alarm_step(ys, every=every, first=20, confirmations=confirmations)
+
+
 def live_false_positive(
     ys: list[float], confirmations: int, every: int = 50, first: int = 100
 ) -> bool:
     """Would the Prober's alarm fire: ``confirmations`` leaking checks in a row."""
-    streak = 0
-    for m in range(first, len(ys) + 1, every):
-        streak = streak + 1 if is_leak(ys[:m]) else 0
-        if streak >= confirmations:
-            return True
-    return False
+    return alarm_step(ys, every=every, first=first, confirmations=confirmations) is not None
 
 
 def wilson_high(k: int, n: int, z: float = 1.96) -> float:
