@@ -352,3 +352,49 @@ def test_value_that_turns_hostile_after_a_good_sample_is_caught(tmp_path) -> Non
     assert samples[-1]["memprobe/errors/drifting"] == 4
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert len(lines) == 7  # the sink never saw a value it could not write
+
+
+def test_hostile_values_and_new_shapes_after_the_compiled_fast_path(tmp_path) -> None:
+    """After 20 samples of one shape the Prober calls the compiled flatten of that shape
+    directly; a bad value, a bool, a key more, a key less, then the old shape again are
+    each flattened (or refused) as the slow path would."""
+    good = [{"x_bytes": i, "y": {"z_count": 1}} for i in range(20)]
+    later = [
+        {"x_bytes": float("nan"), "y": {"z_count": 1}},  # refused
+        {"x_bytes": 2**64, "y": {"z_count": 1}},  # refused: beyond 64 bits
+        {"x_bytes": True, "y": {"z_count": 1}},  # a bool: 1
+        {"x_bytes": 5, "y": {"z_count": 1, "w_count": 2}},  # a key more
+        {"x_bytes": 6, "y": {}},  # a key less
+        {"x_bytes": 7, "y": {"z_count": 1.5}},  # a float where an int was
+        {"x_bytes": 8, "y": {"z_count": 1}},  # the first shape again
+    ]
+    results = iter(good + later)
+
+    def drifting() -> Any:
+        return next(results)
+
+    prober = _prober({"drifting": _probe_class(drifting)}, ["drifting"], max_failures=10,
+                     sink=tmp_path / "run.jsonl")
+    with pytest.warns(memprobe.ProbeFailedWarning, match="'drifting'.*not finite"):
+        with prober:
+            samples = [prober.sample() for _ in good]
+            assert prober._slots[0].flattener is not None  # the fast path is taken from here
+            samples += [prober.sample() for _ in later]
+
+    def probe_keys(v: dict) -> dict:
+        return {k: x for k, x in v.items() if k.startswith("memprobe/drifting/")}
+
+    assert probe_keys(samples[19]) == {"memprobe/drifting/x_bytes": 19,
+                                       "memprobe/drifting/y/z_count": 1}
+    assert [probe_keys(v) for v in samples[20:]] == [
+        {},
+        {},
+        {"memprobe/drifting/x_bytes": 1, "memprobe/drifting/y/z_count": 1},
+        {"memprobe/drifting/x_bytes": 5, "memprobe/drifting/y/w_count": 2,
+         "memprobe/drifting/y/z_count": 1},
+        {"memprobe/drifting/x_bytes": 6},
+        {"memprobe/drifting/x_bytes": 7, "memprobe/drifting/y/z_count": 1.5},
+        {"memprobe/drifting/x_bytes": 8, "memprobe/drifting/y/z_count": 1},
+    ]
+    assert type(samples[22]["memprobe/drifting/x_bytes"]) is int  # True became 1
+    assert samples[-1]["memprobe/errors/drifting"] == 2

@@ -1,5 +1,6 @@
-"""JsonlSink: the line format (byte-for-byte json.dumps), the round trip through
-memprobe._jsonl, {pid} and fork, and failures that turn the sink off."""
+"""JsonlSink: the line format (strict JSON of the record, by orjson or by json.dumps),
+the round trip through memprobe._jsonl, {pid} and fork, and failures that turn the
+sink off."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import math
 import os
 import pickle
+import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -19,12 +22,26 @@ from memprobe._prober import Sample
 from memprobe._sinks import JsonlSink
 
 
-def reference_line(sample: Sample, tags: dict) -> str:
-    """What the sink wrote before it formatted lines itself: json.dumps of the record."""
-    record = {"time": sample.time_seconds, "step": sample.step, "pid": sample.pid}
-    record.update(tags)
-    record["values"] = sample.values
-    return json.dumps(record, separators=(",", ":")) + "\n"
+def _no_constants(name: str) -> float:
+    raise AssertionError(f"the line is not strict JSON: it has {name}")
+
+
+def parse(line: bytes) -> dict:
+    """One line, checked: ends with its only newline, strict JSON (no NaN), UTF-8."""
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    return json.loads(line.decode("utf-8"), parse_constant=_no_constants)
+
+
+def expected(sample: Sample, tags: dict) -> dict:
+    """What a line should read back as: the record, JSON's way (str keys, nan/inf as null)."""
+
+    def finite(v: object) -> object:
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+
+    record = {"time": finite(sample.time_seconds), "step": sample.step, "pid": sample.pid}
+    record.update({k: finite(v) for k, v in tags.items()})
+    record["values"] = {k: finite(v) for k, v in sample.values.items()}
+    return json.loads(json.dumps(record))
 
 
 keys = st.one_of(
@@ -51,16 +68,16 @@ samples = st.builds(
 @given(
     st.lists(samples, min_size=1, max_size=4), st.dictionaries(tag_names, tag_values, max_size=3)
 )
-def test_lines_equal_json_dumps_and_read_back(batch: list[Sample], tags: dict) -> None:
+def test_lines_are_the_record_and_read_back(batch: list[Sample], tags: dict) -> None:
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "s.jsonl")
         sink = JsonlSink(path, tags=tags)
         for s in batch:
-            assert sink._line(s) == reference_line(s, tags)
+            assert parse(sink._line(s)) == expected(s, tags)
             sink.write(s)
         sink.close()
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        with open(path, "rb") as f:  # JSON may hold U+0085 or U+2028 raw: split at b"\n" only
+            lines = f.read().split(b"\n")[:-1]
         assert len(lines) == len(batch)
         for line, s in zip(lines, batch):
             assert json.loads(line) == {
@@ -86,30 +103,65 @@ odd = st.one_of(
     st.dictionaries(st.one_of(keys, st.integers(), st.none(), st.booleans()), odd, max_size=8),
     st.one_of(st.none(), st.booleans(), st.integers()),
     st.one_of(st.floats(), st.integers(0, 2**40)),
-    st.dictionaries(st.sampled_from([*RECORD_FIELDS, "role"]), st.integers(), max_size=2),
+    st.dictionaries(st.sampled_from([*RECORD_FIELDS, "role"]), st.one_of(st.integers(), odd),
+                    max_size=2),
 )
-def test_samples_the_template_cannot_take_are_still_json_dumps(
+def test_odd_samples_still_give_one_strict_json_line(
     values: dict, step: object, t: object, tags: dict
 ) -> None:
-    """Bools, non-finite floats, huge ints, non-str keys, an int time, a tag named like
-    a field: the slow path, which is json.dumps itself."""
+    """Bools, nan/inf, ints beyond 64 bits (which orjson refuses: json.dumps writes
+    them), non-str keys, an int time, a tag named like a field: one line each,
+    strict JSON, reading back as the record does through json."""
     s = Sample(t, step, 7, values)  # type: ignore[arg-type]
     sink = JsonlSink(os.devnull, tags=tags)
-    assert sink._line(s) == reference_line(s, tags)
+    assert parse(sink._line(s)) == expected(s, tags)
 
 
-def test_templates_follow_the_keys_the_types_and_the_tags(tmp_path) -> None:
+def test_numpy_and_float_subclasses_take_the_json_path() -> None:
+    np = pytest.importorskip("numpy")
+
+    class Seconds(float):
+        pass
+
+    s = Sample(1.0, 1, 2, {"a": np.float64(2.5), "c": Seconds(0.25), "d": np.float64("nan")})
+    assert parse(JsonlSink(os.devnull)._line(s))["values"] == {"a": 2.5, "c": 0.25, "d": None}
+
+
+def test_without_orjson_the_lines_read_back_the_same(tmp_path) -> None:
+    """A real interpreter where ``import orjson`` fails (as on PyPy): json.dumps writes
+    the same records."""
+    batch = [
+        Sample(1796290257.8396719, None, 11, {"memprobe/process/rss_bytes": 2**40, "x": 1e-05}),
+        Sample(2.5, 3, 11, {"k%s\u00e9": 0.1, "big": 2**64 - 1, "neg": -(2**63), "f": -0.0}),
+        Sample(3.5, 4, 11, {"nan": math.nan, "inf": math.inf, "huge": 2**70}),
+    ]
+    tags = {"env_runner": 2, "role": "main"}
+    script = (
+        "import sys, json, pickle\n"
+        "sys.modules['orjson'] = None\n"  # import orjson now raises ImportError
+        "from memprobe import _sinks\n"
+        "assert _sinks._orjson is None\n"
+        "batch, tags = pickle.loads(sys.stdin.buffer.read())\n"
+        "sink = _sinks.JsonlSink('/dev/null', tags=tags)\n"
+        "sys.stdout.buffer.write(b''.join(sink._line(s) for s in batch))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], input=pickle.dumps((batch, tags)),
+                         capture_output=True, check=True).stdout
+    lines = out.splitlines(keepends=True)
+    assert len(lines) == len(batch)
+    ours = JsonlSink(os.devnull, tags=tags)
+    for line, s in zip(lines, batch):
+        assert parse(line) == parse(ours._line(s)) == expected(s, tags)
+
+
+def test_tags_are_read_at_every_write(tmp_path) -> None:
     sink = JsonlSink(tmp_path / "s.jsonl", tags={"role": "main"})
     a = Sample(1.5, 1, 2, {"k": 1, "x%s": 2.5})
-    b = Sample(1.5, None, 2, {"k": 1.0, "x%s": 3})  # same keys, other types
-    c = Sample(1.5, 2, 2, {"k": True, "x%s": 3})  # a bool: json's true, not 1
-    for s in (a, b, c, a):
-        assert sink._line(s) == reference_line(s, sink.tags)
-    sink.tags["env_runner"] = 3  # tags are read at every write
-    assert sink._line(a) == reference_line(a, sink.tags)
+    assert parse(sink._line(a)) == expected(a, sink.tags)
+    sink.tags["env_runner"] = 3
+    assert parse(sink._line(a))["env_runner"] == 3
     sink.tags = {"pid": "not the pid"}  # a tag named like a field replaces it, as dict.update
-    assert sink._line(a) == reference_line(a, sink.tags)
-    assert json.loads(sink._line(a))["pid"] == "not the pid"
+    assert parse(sink._line(a))["pid"] == "not the pid"
 
 
 def test_each_line_is_on_disk_when_write_returns(tmp_path) -> None:

@@ -245,6 +245,20 @@ _MAX_PLANS = 256
 _isfinite = math.isfinite
 
 
+def compiled_flattener(
+    top_keys: tuple[str, ...], prefix: str = "memprobe", sep: str = "/"
+) -> PlanRunner | None:
+    """The compiled fast path :func:`flatten` keeps for data with these top-level keys.
+
+    None until a shape has been flattened :data:`_COMPILE_AFTER` times. Calling
+    it is what :func:`flatten` does first (without the lookup): it returns the
+    flat dict, or None for anything it was not compiled for, which then needs
+    :func:`flatten`. A runner stays correct after the cache drops it.
+    """
+    entry = _PLANS.get((prefix, sep, top_keys))
+    return None if entry is None else entry.runner
+
+
 def _make_plan(node: Any, out: dict[str, Number], key: str, sep: str, depth: int) -> Plan | None:
     if type(node) is not dict or depth > MAX_DEPTH:
         return None

@@ -19,7 +19,16 @@ from typing import Any, TypeVar
 import pluggy
 
 from ._errors import ConfigError, MetricValueError, ProbeError, ProbeFailedWarning, show
-from ._flatten import KeyCap, Number, _check_number, flatten, sanitize_key
+from ._flatten import (
+    KeyCap,
+    Number,
+    PlanRunner,
+    _check_number,
+    compiled_flattener,
+    flatten,
+    sanitize_key,
+)
+from ._pid import current_pid
 from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
 from ._sinks import JsonlSink, Sink
 
@@ -31,6 +40,9 @@ DEFAULT_PROBES = ("process", "gc")
 SCHEDULE_OPTIONS = ("every", "interval_seconds")
 #: Options every probe accepts that guard the caller against a hostile probe.
 GUARD_OPTIONS = ("time_limit_seconds", "isolate", "max_keys")
+_perf_counter = time.perf_counter
+_time = time.time
+
 #: The most keys one probe may return in one sample unless its ``max_keys`` says otherwise.
 DEFAULT_MAX_KEYS = 10_000
 
@@ -167,11 +179,14 @@ class _Slot:
         "errors_count",
         "every",
         "factory_name",
+        "flattener",
         "interval_seconds",
         "last_call",
+        "last_cost_seconds",
         "last_time",
         "max_keys",
         "name",
+        "overhead_key",
         "probe",
         "started",
         "time_limit",
@@ -191,7 +206,10 @@ class _Slot:
         self.interval_seconds = interval_seconds
         self.last_call = -(10**18)
         self.last_time = float("-inf")
-        self.cost_seconds = 0.0
+        self.cost_seconds = 0.0  # a moving average, for the budget
+        self.last_cost_seconds = 0.0
+        self.overhead_key = ""  # set by the Prober, which knows the prefix
+        self.flattener: PlanRunner | None = None
         self.errors_count = 0
         self.consecutive_failures = 0
         self.disabled = False
@@ -477,11 +495,12 @@ class Prober:
         self._t_start = 0.0
         self._probe_seconds_total = 0.0
         self._prefix_s = sanitize_key(prefix) + "/" if prefix else ""
-        # Keys of the overhead metrics, made once (per probe name, on first use).
-        self._overhead_keys: dict[str, str] = {}
+        for slot in self._slots:  # the key of each probe's overhead metric, made once
+            slot.overhead_key = f"{self._prefix_s}overhead/{slot.name}_seconds"
         self._key_sample_seconds = f"{self._prefix_s}overhead/sample_seconds"
         self._key_fraction = f"{self._prefix_s}overhead/fraction"
         self._hook_errors: dict[str, int] = {}
+        self._any_errors = False  # a probe or a hook has failed: sample() adds errors/...
         self._derive_hooks = False
         self._end_hooks = False
         # Leak alarm (memprobe.leaks): "warn" issues a LeakWarning, a callable
@@ -602,6 +621,7 @@ class Prober:
     # -- failures ---------------------------------------------------------------
     def _fail(self, slot: _Slot, exc: BaseException, where: str, fatal: bool = False) -> None:
         slot.errors_count += 1
+        self._any_errors = True
         slot.consecutive_failures += 1
         disable = fatal or slot.consecutive_failures >= self.max_failures
         if disable:
@@ -650,14 +670,21 @@ class Prober:
         with self._lock:
             if not self._started:
                 self.start()
-            t0 = time.perf_counter()
-            self._calls += 1
+            t0 = _perf_counter()
+            calls = self._calls = self._calls + 1
+            timed = self.budget is not None  # else only a slot's interval_seconds needs _due()
             results: dict[str, Any] = {}
-            ran: list[tuple[_Slot, float]] = []
+            ran: list[_Slot] = []
+            spent = 0.0
             for slot in self._slots:
-                if not (force and not slot.disabled) and not self._due(slot, t0):
+                if slot.disabled:
                     continue
-                t1 = time.perf_counter()
+                if not force and (
+                    calls - slot.last_call < slot.every
+                    or ((timed or slot.interval_seconds) and not self._due(slot, t0))
+                ):
+                    continue
+                t1 = _perf_counter()
                 try:
                     if slot.worker is None:
                         if not slot.started:
@@ -675,8 +702,13 @@ class Prober:
                             slot.name, f"sample() returned {len(res)} keys, over max_keys="
                             f"{slot.max_keys}; the sample is dropped",
                         )
-                    flat = flatten({slot.name: res}, prefix=self.prefix, key_cap=self.key_cap,
-                                   max_keys=slot.max_keys)
+                    data = {slot.name: res}
+                    run = slot.flattener  # the compiled flatten of this probe's usual shape
+                    flat = None if run is None else run(data)
+                    if flat is None:
+                        flat = flatten(data, prefix=self.prefix, key_cap=self.key_cap,
+                                       max_keys=slot.max_keys)
+                        slot.flattener = compiled_flattener((slot.name,), self.prefix)
                     if len(flat) > slot.max_keys:
                         raise MetricValueError(
                             slot.name, f"sample() flattened to {len(flat)} keys, over max_keys="
@@ -689,7 +721,7 @@ class Prober:
                     else:
                         self._fail(slot, exc, "sample")
                     flat = None
-                t2 = time.perf_counter()
+                t2 = _perf_counter()
                 cost = t2 - t1
                 if flat is not None and slot.time_limit is not None and cost > slot.time_limit:
                     slot.timeouts_count += 1
@@ -697,45 +729,43 @@ class Prober:
                     self._fail(slot, ProbeError(
                         slot.name, f"sample() took {cost:.3g} s, over its time limit of "
                         f"{slot.time_limit:g} s; its values are dropped"), "sample")
-                slot.cost_seconds = cost if not slot.cost_seconds else (
-                    0.8 * slot.cost_seconds + 0.2 * cost
-                )
-                slot.last_call = self._calls
+                avg = slot.cost_seconds
+                slot.cost_seconds = 0.8 * avg + 0.2 * cost if avg else cost
+                slot.last_cost_seconds = cost
+                slot.last_call = calls
                 slot.last_time = t2
-                self._probe_seconds_total += cost
+                spent += cost
                 if flat is not None:
                     slot.consecutive_failures = 0
                     if results:
                         results.update(flat)
                     else:  # flatten returns a new dict: the first one is the result
                         results = flat
-                    ran.append((slot, cost))
+                    ran.append(slot)
+            self._probe_seconds_total += spent
             if not ran and not force:
                 return {}
             values = results
             p = self._prefix_s
-            for slot in self._slots:
-                if slot.errors_count:
-                    values[f"{p}errors/{slot.name}"] = slot.errors_count
-                    if slot.timeouts_count:
-                        values[f"{p}timeouts/{slot.name}"] = slot.timeouts_count
-            for name, n in self._hook_errors.items():
-                values[f"{p}errors/{name}"] = n
-            okeys = self._overhead_keys
-            for slot, cost in ran:
-                okey = okeys.get(slot.name)
-                if okey is None:
-                    okey = okeys[slot.name] = f"{p}overhead/{slot.name}_seconds"
-                values[okey] = cost
+            if self._any_errors:
+                for slot in self._slots:
+                    if slot.errors_count:
+                        values[f"{p}errors/{slot.name}"] = slot.errors_count
+                        if slot.timeouts_count:
+                            values[f"{p}timeouts/{slot.name}"] = slot.timeouts_count
+                for name, n in self._hook_errors.items():
+                    values[f"{p}errors/{name}"] = n
+            for slot in ran:
+                values[slot.overhead_key] = slot.last_cost_seconds
             if self._derive_hooks:
                 self._derive(values)
-            t3 = time.perf_counter()
+            t3 = _perf_counter()
             wall = t3 - self._t_start
             values[self._key_sample_seconds] = t3 - t0
             values[self._key_fraction] = (
                 self._probe_seconds_total / wall if wall > 0 else 0.0
             )
-            sample = _new_sample(time.time(), step, os.getpid(), values)
+            sample = _new_sample(_time(), step, current_pid(), values)
             self.history.append(sample)
             if self.sink is not None:
                 try:
@@ -775,6 +805,7 @@ class Prober:
     def _hook_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
         first = plugin not in self._hook_errors
         self._hook_errors[plugin] = self._hook_errors.get(plugin, 0) + 1
+        self._any_errors = True
         if first:
             warnings.warn(
                 f"memprobe plugin {plugin!r} failed in {hook}: {type(exc).__name__}: {exc}; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import warnings
 from collections.abc import Mapping
@@ -23,24 +24,30 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-#: Fields of every line; a tag with one of these names takes the slow path,
-#: where it replaces the field as ``dict.update`` would.
-_RECORD_FIELDS = frozenset(("time", "step", "pid", "values"))
-_NUMBER_TYPES = frozenset((int, float))
-#: Line templates kept per sink (one per distinct key tuple of ``values``).
-_MAX_TEMPLATES = 64
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
+try:  # a dependency on CPython (pyproject); json is the fallback elsewhere
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - PyPy, or installed without dependencies
+    _orjson = None  # type: ignore[assignment]
+_ORJSON_OPTIONS = 0 if _orjson is None else _orjson.OPT_APPEND_NEWLINE
 
-def _template(keys: tuple[str, ...], tags_json: str) -> str:
-    """The ``%``-format of one line for these value keys.
 
-    Arguments: time (``%r``), step (``%s``: ``null`` or an int), pid (``%d``),
-    then one ``%r`` per value. Keys are escaped once, here, by ``json.dumps``.
+def _finite_or_none(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _json_line(record: dict[str, Any]) -> bytes:
+    """The line by ``json.dumps``, with nan and infinity as ``null``, as orjson writes them.
+
+    Strict JSON either way: ``json.dumps`` alone would write ``NaN``, which
+    most JSON readers reject.
     """
-    head = '{"time":%r,"step":%s,"pid":%d' + tags_json.replace("%", "%%")
-    body = ",".join(json.dumps(k).replace("%", "%%") + ":%r" for k in keys)
-    return head + ',"values":{' + body + "}}\n"
+    clean = {k: _finite_or_none(v) for k, v in record.items()}
+    values = record["values"]
+    if isinstance(values, Mapping):
+        clean["values"] = {k: _finite_or_none(v) for k, v in values.items()}
+    return (json.dumps(clean, separators=(",", ":")) + "\n").encode()
 
 
 class JsonlSink:
@@ -48,22 +55,24 @@ class JsonlSink:
 
     Each line is ``{"time": unix_seconds, "step": step, "pid": pid,
     "values": {key: number}}`` plus the ``tags`` given (for example
-    ``{"env_runner": 1}``). A killed process leaves at most a truncated last
-    line. A write that fails (disk full, permission) is reported once with a
-    :class:`MemprobeWarning` and the sink turns itself off: it never fails
-    the job.
+    ``{"env_runner": 1}``; a tag named like a field replaces it). A killed
+    process leaves at most a truncated last line. A write that fails (disk
+    full, permission) is reported once with a :class:`MemprobeWarning` and the
+    sink turns itself off: it never fails the job.
 
     ``path`` may contain ``{pid}``, replaced by the process id when the file
     is opened, so that several processes can share one setting. After a
     fork the child opens its own file.
 
-    The line is formatted from a template kept per set of value keys (the
-    keys escaped once) and written with one ``os.write`` on a file
-    descriptor opened with ``O_APPEND``: no Python-level buffering. The
-    output is byte-for-byte what ``json.dumps(record, separators=(",", ":"))``
-    gives; samples the template cannot take (a value that is not an exact
-    finite ``int`` or ``float``, a tag named like a field) go through
-    ``json.dumps``.
+    Lines are encoded by `orjson <https://github.com/ijl/orjson>`_ (about
+    1 µs for a default sample, against 17 µs for ``json.dumps``) and written
+    with one ``os.write`` on a file descriptor opened with ``O_APPEND``: no
+    Python-level buffering, so each line is in the file when ``write``
+    returns. What orjson refuses (an int outside 64 bits, a non-str key, a
+    float subclass such as ``numpy.float64``, a str that is not valid UTF-8)
+    goes through ``json.dumps``, as does everything where orjson is not
+    installed. Every line is strict JSON: it has no NaN or infinity, so such
+    a float (which the Prober never produces) is written as ``null``.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, tags: Mapping[str, Any] | None = None):
@@ -74,9 +83,6 @@ class JsonlSink:
         self._pid = -1
         self.failed = False
         self.path = ""
-        self._templates: dict[tuple[str, ...], tuple[str, tuple[type, ...]]] = {}
-        self._tags_seen: dict[str, Any] | None = None  # the tags the templates were made for
-        self._tags_json = ""
 
     def _open(self) -> int:
         pid = os.getpid()
@@ -92,55 +98,20 @@ class JsonlSink:
         self._pid = pid
         return self._fd
 
-    def _retag(self) -> bool:
-        """Templates for the current tags (compared shallowly); False if they need the slow path."""
-        tags = self.tags
-        self._templates.clear()
-        if _RECORD_FIELDS.intersection(tags):
-            self._tags_seen = None
-            return False
-        dumped = json.dumps(tags, separators=(",", ":"))
-        self._tags_json = "," + dumped[1:-1] if tags else ""
-        self._tags_seen = dict(tags)
-        return True
-
-    def _line(self, sample: Sample) -> str:
+    def _line(self, sample: Sample) -> bytes:
         """The line written for ``sample``, newline included."""
-        values = sample.values
-        t = sample.time_seconds
-        step = sample.step
-        pid = sample.pid
-        if (
-            type(values) is dict
-            and type(t) is float and t - t == 0
-            and type(pid) is int
-            and (step is None or type(step) is int)
-            and (self.tags == self._tags_seen or self._retag())
-        ):
-            keys = tuple(values)
-            vals = tuple(values.values())
-            entry = self._templates.get(keys)
-            types = tuple(map(type, vals))
-            if entry is None or entry[1] != types:
-                if not _NUMBER_TYPES.issuperset(types) or (
-                    entry is None and not all(type(k) is str for k in keys)
-                ):  # json.dumps writes 1 as "1": a non-str key takes the slow path
-                    entry = None
-                else:
-                    if len(self._templates) >= _MAX_TEMPLATES:
-                        self._templates.clear()
-                    entry = self._templates[keys] = (_template(keys, self._tags_json), types)
-            if entry is not None:
-                try:
-                    total = sum(vals)
-                except OverflowError:  # an int too large for a float; json.dumps takes it
-                    total = float("nan")
-                if total - total == 0:  # no inf or nan (or a sum that overflowed)
-                    return entry[0] % (t, "null" if step is None else step, pid, *vals)
-        record: dict[str, Any] = {"time": t, "step": step, "pid": pid}
-        record.update(self.tags)
-        record["values"] = values
-        return json.dumps(record, separators=(",", ":")) + "\n"
+        record: dict[str, Any] = {
+            "time": sample.time_seconds, "step": sample.step, "pid": sample.pid
+        }
+        if self.tags:
+            record.update(self.tags)
+        record["values"] = sample.values
+        if _orjson is not None:
+            try:
+                return _orjson.dumps(record, option=_ORJSON_OPTIONS)
+            except TypeError:  # orjson.JSONEncodeError: what json.dumps takes below
+                pass
+        return _json_line(record)
 
     def write(self, sample: Sample) -> None:
         if self.failed:
@@ -151,7 +122,7 @@ class JsonlSink:
                 fd = self._fd
             else:
                 fd = self._open()
-            data = self._line(sample).encode()
+            data = self._line(sample)
             n = os.write(fd, data)
             while n < len(data):  # a short write (a nearly full disk): append the rest
                 if n <= 0:

@@ -9,7 +9,7 @@
 
 The estimator is Theil-Sen (the median of all pairwise slopes) with Sen's
 distribution-free confidence interval from Kendall's S statistic. It is pure
-Python: the core needs only psutil and pluggy. Series longer than
+Python (no numpy or scipy in the core). Series longer than
 ``max_points`` are first reduced to ``max_points`` bin medians, which keeps
 one call under a few milliseconds for any history length. See docs/leaks.md
 for why Theil-Sen and not least squares, and for the accuracy measured.

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from .._errors import ConfigError, show
+from .._pid import current_pid
 from ..hookspecs import hookimpl
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -97,7 +98,7 @@ class ProcessProbe:
             import psutil
 
             self._proc = psutil.Process(pid)
-        self._opened_in = os.getpid()
+        self._opened_in = current_pid()
 
     def _close(self) -> None:
         for fd in (self._statm, self._stat, self._fd_dirfd, self._task_fd):
@@ -119,7 +120,7 @@ class ProcessProbe:
 
     # -- sampling ----------------------------------------------------------
     def sample(self) -> dict[str, int]:
-        if self._opened_in != os.getpid():  # started lazily, or forked since
+        if self._opened_in != current_pid():  # started lazily, or forked since
             self._opened_in = -1
             # the parent's fds: do not close them
             self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
