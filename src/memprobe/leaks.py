@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import math
 import os
+import struct
 import time
 import tracemalloc
 from array import array
@@ -80,6 +81,8 @@ _FILTERED = "tracemalloc/filtered_bytes"
 _LATE_MIN_POINTS = 10
 _TRACED = "tracemalloc/traced_bytes"
 _TYPE_METRIC = ("objects/top/", "/count")
+#: One double: the cells of check_leaks' columns.
+_DOUBLE = struct.Struct("d")
 
 
 @dataclass(frozen=True)
@@ -638,17 +641,22 @@ def check_leaks(
     # The series go into columns allocated once per key, not into new objects per
     # call: what this loop keeps must not grow with the calls, or it would show as
     # growth itself (more traced blocks, a larger copy of the traces each sample,
-    # rss ratcheting up; more live objects).
+    # rss ratcheting up; more live objects). A column is a bytearray of doubles,
+    # which the gc does not track: keys keep appearing during the run (the objects
+    # probe's growth/<type> keys), and an array.array per new key was counted by
+    # the objects probe as growth of its own (about one object per call in RLlib).
     nan = float("nan")
     times = array("d", [nan]) * repeats
-    columns: dict[str, array[float]] = {}
+    empty_column = _DOUBLE.pack(nan) * repeats
+    columns: dict[str, bytearray] = {}
     site_keys: dict[str, str] = {}
+    pack_into = _DOUBLE.pack_into
 
     def put(key: str, i: int, v: float) -> None:
         col = columns.get(key)
         if col is None:
-            col = columns[key] = array("d", [nan]) * repeats
-        col[i] = v
+            col = columns[key] = bytearray(empty_column)
+        pack_into(col, i * 8, v)
 
     if tracemalloc_top is not None:
         acquire_tracing(1)
@@ -679,8 +687,9 @@ def check_leaks(
         if tracemalloc_top is not None:
             release_tracing()
     pid = os.getpid()
+    series = {k: memoryview(c).cast("d").tolist() for k, c in columns.items()}
     samples = [
-        Sample(times[i], i, pid, {k: c[i] for k, c in columns.items() if c[i] == c[i]})
+        Sample(times[i], i, pid, {k: c[i] for k, c in series.items() if c[i] == c[i]})
         for i in range(repeats)
     ]
     return analyze_samples(samples, thresholds=thresholds, warmup=warmup, **opts)
