@@ -1,6 +1,8 @@
 """Soak: a million samples with the default probes must not grow memprobe's own memory.
 
 Run: ``python benchmarks/soak.py`` (3 to 8 minutes here; ``--samples`` to change).
+``python benchmarks/soak.py --sink /dev/null``: the same with every sample
+encoded (orjson) and written by the JSONL sink.
 ``python benchmarks/soak.py --rllib 50``: the same question for 50 PPO iterations
 with ``MemoryProbeCallback`` (memprobe's traced bytes in the driver at
 iterations 10, 20, 40, 50).
@@ -53,12 +55,13 @@ def memprobe_traced_bytes() -> int:
     return sum(stat.size for stat in snap.statistics("filename"))
 
 
-def run(samples: int, warmup: int, measure: Callable[[], dict[str, int]]) -> dict[str, Any]:
+def run(samples: int, warmup: int, measure: Callable[[], dict[str, int]],
+        sink: str | None = None) -> dict[str, Any]:
     """Sample ``warmup + samples`` times; ``measure()`` before, after warm-up and 10 times."""
     gc.collect()
     before = measure()
     # The defaults (process and gc, history=1000); entry points off: only memprobe is measured.
-    prober = memprobe.Prober(load_entrypoints=False)
+    prober = memprobe.Prober(load_entrypoints=False, sink=sink)
     with prober:
         for i in range(warmup):
             prober.sample(step=i)
@@ -147,19 +150,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="samples before the first measurement (history is 1000)")
     parser.add_argument("--rllib", type=int, metavar="ITERATIONS", default=0,
                         help="instead: this many PPO iterations with MemoryProbeCallback")
+    parser.add_argument("--sink", metavar="PATH", default=None,
+                        help="write every sample to this JSONL file too (/dev/null: the "
+                             "encoder and the write, without filling a disk)")
     args = parser.parse_args(argv)
     if args.rllib:
         return rllib_soak(args.rllib)
 
-    untraced = run(args.samples, args.warmup, lambda: {"rss": rss_bytes()})
+    untraced = run(args.samples, args.warmup, lambda: {"rss": rss_bytes()}, args.sink)
     tracemalloc.start(1)
     try:
         traced = run(args.samples, args.warmup, lambda: {
-            "own": memprobe_traced_bytes(), "all": tracemalloc.get_traced_memory()[0]})
+            "own": memprobe_traced_bytes(), "all": tracemalloc.get_traced_memory()[0]},
+            args.sink)
     finally:
         tracemalloc.stop()
 
-    print(f"memprobe soak: Prober() (process, gc; history=1000), {args.warmup:,} warm-up "
+    sunk = f", sink={args.sink!r}" if args.sink else ""
+    print(f"memprobe soak: Prober() (process, gc; history=1000{sunk}), {args.warmup:,} warm-up "
           f"samples, then {untraced['samples']:,} measured; Python {sys.version.split()[0]}")
     print(f"sampling: {untraced['us_per_sample']:.1f} us/sample untraced, "
           f"{traced['us_per_sample']:.1f} us/sample under tracemalloc (1 frame)")

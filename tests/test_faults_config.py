@@ -203,6 +203,10 @@ CALLBACK_CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"history": 0}, "history", "must be an int >= 1"),
     ({"max_failures": 0}, "max_failures", "must be an int >= 1"),
     ({"max_site_keys": -1}, "max_site_keys", "must be an int >= 0"),
+    ({"time_limit_seconds": 0}, "time_limit_seconds", "must be"),
+    ({"time_limit_seconds": "1s"}, "time_limit_seconds", "got '1s'"),
+    ({"time_limt_seconds": 1}, "MemoryProbeCallback.configure",
+     "unknown option 'time_limt_seconds' (did you mean 'time_limit_seconds'?)"),
 ]
 
 
@@ -229,6 +233,15 @@ def test_callback_configure_accepts_good_options_and_keeps_them() -> None:
     # a configured class is configured again from its own options
     with pytest.raises(memprobe.ConfigError, match="did you mean 'budget'"):
         cls.configure(budgte=0.1)
+
+
+def test_callback_time_limit_applies_to_every_probe_unless_a_probe_sets_its_own() -> None:
+    rllib = pytest.importorskip("memprobe_rllib")
+    cls = rllib.MemoryProbeCallback.configure(
+        probes={"process": {}, "gc": {"time_limit_seconds": 2.5}}, time_limit_seconds=0.5,
+    )
+    prober = cls._build_prober("env_runner", 1, sink=False)
+    assert {s.name: s.time_limit for s in prober._slots} == {"process": 0.5, "gc": 2.5}
 
 
 HUGE = 10**5000  # over Python's 4,300-digit limit for printing an int

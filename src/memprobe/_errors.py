@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 
 def show(value: object) -> str:
@@ -17,6 +17,15 @@ def show(value: object) -> str:
         return repr(value)
     except Exception:
         return f"<{type(value).__name__} object whose repr() failed>"
+
+
+def did_you_mean(name: str, known: Iterable[str], *, n: int = 1, cutoff: float = 0.6) -> str:
+    """``"did you mean 'x'?"`` (``'x' or 'y'`` for ``n`` > 1) with the names of ``known``
+    closest to ``name``, or ``""`` if none is close. The caller adds the punctuation."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=n, cutoff=cutoff)
+    return f"did you mean {' or '.join(map(repr, close))}?" if close else ""
 
 
 class MemprobeError(Exception):

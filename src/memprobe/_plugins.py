@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.metadata
 import os
@@ -14,7 +13,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from ._errors import ConfigError, PluginWarning, show
+from ._errors import ConfigError, PluginWarning, did_you_mean, show
 
 #: The entry-point group third-party plugins declare.
 ENTRY_POINT_GROUP = "memprobe"
@@ -135,8 +134,8 @@ def _load_entrypoints(pm: _PluginManager, skip: set[str]) -> None:
             pm.unregister(plugin)
             known = sorted(n for n in dir(hookspecs) if n.startswith("memprobe_"))
             if unknown:
-                close = difflib.get_close_matches(unknown[0], known, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                hint = did_you_mean(unknown[0], known)
+                hint = f" ({hint})" if hint else ""
                 why = f"implements unknown hook {unknown[0]!r}{hint}"
             else:
                 why = f"{plugin!r} has no memprobe hooks (marked @memprobe.hookimpl)"
@@ -184,8 +183,8 @@ def collect_probes(pm: pluggy.PluginManager) -> dict[str, ProbeInfo]:
 def unknown_probe_error(name: str, known: Iterable[str]) -> ConfigError:
     """A ConfigError for an unknown probe name, with close-match suggestions."""
     known = sorted(known)
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    hint = did_you_mean(name, known, n=3, cutoff=0.5)
+    hint = f"; {hint}" if hint else ""
     return ConfigError(
         "probes", f"unknown probe {name!r}{hint} (installed: {', '.join(known)})"
     )

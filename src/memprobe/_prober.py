@@ -18,7 +18,14 @@ from typing import Any, TypeVar
 
 import pluggy
 
-from ._errors import ConfigError, MetricValueError, ProbeError, ProbeFailedWarning, show
+from ._errors import (
+    ConfigError,
+    MetricValueError,
+    ProbeError,
+    ProbeFailedWarning,
+    did_you_mean,
+    show,
+)
 from ._flatten import (
     KeyCap,
     Number,
@@ -250,10 +257,8 @@ def _check_tags(tags: Any, sink: Any) -> dict[str, Any] | None:
 
 def _did_you_mean(name: str, known: Sequence[str]) -> str:
     """``"; did you mean 'x'?"`` with the closest of ``known`` to ``name``, or ``""``."""
-    import difflib
-
-    close = difflib.get_close_matches(name, known, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(name, known)
+    return f"; {hint}" if hint else ""
 
 
 def _check_leak_options(options: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 
 import memprobe
 from memprobe import ConfigError
-from memprobe._errors import show
+from memprobe._errors import did_you_mean, show
 from memprobe._prober import parse_probes
 
 #: ``trigger=`` values: sample at every episode end, or once per ``EnvRunner.sample()``.
@@ -113,11 +113,12 @@ class MemoryProbeCallback(RLlibCallback):
     driver: ClassVar[bool] = True
     learners: ClassVar[bool] = True
     leak_every: ClassVar[int | None] = None
+    time_limit_seconds: ClassVar[float | None] = None
 
     _OPTIONS: ClassVar[tuple[str, ...]] = (
         "probes", "every", "interval_seconds", "budget", "history", "max_failures",
         "max_site_keys", "load_entrypoints", "plugins", "jsonl", "trigger",
-        "env_runners", "driver", "learners", "leak_every",
+        "env_runners", "driver", "learners", "leak_every", "time_limit_seconds",
     )
 
     def __init__(self) -> None:
@@ -165,16 +166,18 @@ class MemoryProbeCallback(RLlibCallback):
         :param leak_every: every this many ``sample()`` calls, judge each
             EnvRunner's history with :func:`memprobe.leaks.analyze_samples` and log
             ``memprobe/leak/<metric>/rate_per_step`` and ``.../suspect`` (0/1).
+        :param time_limit_seconds: every probe's time limit, as
+            :class:`memprobe.Prober`'s: a probe whose ``sample()`` takes longer has
+            its values dropped and is counted in ``memprobe/timeouts/<probe>``
+            (a probe's own ``time_limit_seconds`` in ``probes`` wins).
         :raises memprobe.ConfigError: naming the bad option.
         """
         unknown = sorted(set(options) - set(cls._OPTIONS))
         if unknown:
-            import difflib
-
             hints = []
             for u in unknown:
-                close = difflib.get_close_matches(u, cls._OPTIONS, n=1)
-                hints.append(f"{u!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+                hint = did_you_mean(u, cls._OPTIONS)
+                hints.append(f"{u!r} ({hint})" if hint else repr(u))
             raise ConfigError(
                 "MemoryProbeCallback.configure",
                 f"unknown option {', '.join(hints)}; options are {', '.join(cls._OPTIONS)}",
@@ -224,7 +227,7 @@ class MemoryProbeCallback(RLlibCallback):
             cls.probes, every=cls.every, interval_seconds=cls.interval_seconds,
             budget=cls.budget, history=cls.history, max_failures=cls.max_failures,
             sink=path, tags=None, prefix=prefix, max_site_keys=cls.max_site_keys,
-            plugin_manager=pm,
+            plugin_manager=pm, time_limit_seconds=cls.time_limit_seconds,
         )
 
     def __getstate__(self) -> dict[str, Any]:
