@@ -101,6 +101,21 @@ class KeyCollisionError(MemprobeError, ValueError):
         return (type(self), (self.key, self.sources))
 
 
+class JsonlReadError(MemprobeError):
+    """A JSONL file cannot be read at all (missing, a directory, unreadable): ``path`` names it."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(path, message)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (type(self), (self.path, self.message))
+
+
 class MemprobeWarning(UserWarning):
     """Base class of memprobe's warnings (a probe failed, a plugin would not load)."""
 

@@ -16,26 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import MemprobeError, MemprobeWarning
+from ._errors import JsonlReadError, MemprobeWarning
 from ._prober import Sample
 
 #: Fields of a line that are not tags.
 RECORD_FIELDS = ("time", "step", "pid", "values")
 
-
-class JsonlReadError(MemprobeError):
-    """A JSONL file cannot be read at all (missing, a directory, unreadable)."""
-
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
-        self.message = message
-        super().__init__(path, message)
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (self.path, self.message))
+__all__ = ["RECORD_FIELDS", "JsonlReadError", "Record", "iter_records", "read_samples"]
 
 
 @dataclass
