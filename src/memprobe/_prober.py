@@ -58,23 +58,34 @@ DEFAULT_MAX_KEYS = 10_000
 _LIVE_PROBERS: weakref.WeakSet[Prober] = weakref.WeakSet()
 
 
-def _renew_locks_after_fork() -> None:
-    """In a forked child: locks a parent thread held at the fork would never be released.
+def _renew_after_fork() -> None:
+    """In a forked child: fresh locks, and a history of the child's own samples only.
 
     A thread of the parent that was sampling when another thread forked
     leaves the Prober's lock (and the shared tracemalloc lock) held forever
     in the child, so the child's first ``sample()`` would hang. The child
     has only the forking thread, so fresh locks are safe.
+
+    The parent's samples are the parent's: kept in the child's history they
+    would be judged with the child's by ``report()`` and the leak alarm, two
+    processes' memory read as one series. The overhead fraction restarts too.
     """
+    now = time.perf_counter()
     for prober in list(_LIVE_PROBERS):
         prober._lock = threading.RLock()
+        prober.history.clear()
+        prober._leak_streak.clear()
+        prober._leak_alarmed.clear()
+        prober._leak_samples = 0
+        prober._t_start = now
+        prober._probe_seconds_total = 0.0
     tm = sys.modules.get("memprobe.probes.tracemalloc")
     if tm is not None:
         vars(tm)["_lock"] = threading.Lock()  # its acquire_tracing() reads the global
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_renew_locks_after_fork)
+    os.register_at_fork(after_in_child=_renew_after_fork)
 
 
 class _Worker:
