@@ -4,11 +4,14 @@ Run: ``python benchmarks/rllib_overhead.py [--pairs 60] [--steps 1000]``.
 
 Each variant is a real ``SingleAgentEnvRunner`` built from the same
 ``PPOConfig`` the Algorithm would send to its one remote EnvRunner, differing
-only in ``config.callbacks(...)``. Runs are interleaved (A B, B A, A B, ...)
-and each timed run is ``runner.sample(num_timesteps=steps)`` followed by
-``runner.get_metrics()`` (the reduce RLlib does once per iteration, where the
-logged keys cost). The figure is the median over pairs of
-``steps/s(variant) / steps/s(baseline)``; single runs vary by ±15% here.
+only in ``config.callbacks(...)``. Each runner is a Ray actor, in a process of
+its own, as RLlib runs it: what one variant does to its process (tracemalloc
+is process-wide) cannot touch another's. Runs are interleaved (A B, B A, A B,
+...), one at a time, and each timed run is ``runner.sample(num_timesteps=steps)``
+followed by ``runner.get_metrics()`` (the reduce RLlib does once per
+iteration, where the logged keys cost), timed inside the actor. The figure is
+the median over pairs of ``steps/s(variant) / steps/s(baseline)``; single runs
+vary by ±15% here.
 
 To add a variant, add an entry to ``variants()``: a name and a function that
 applies the callbacks to a config (e.g. a tracemalloc-always-on or windowed
@@ -33,25 +36,40 @@ def base_config() -> Any:
         PPOConfig()
         .environment("CartPole-v1")
         .env_runners(num_env_runners=1)
-        .debugging(log_level="ERROR")
+        # One seed for every runner: the same episodes, so that only the callback differs
+        # (unseeded, two identical runners differed by 3% in the median of 30 pairs).
+        .debugging(log_level="ERROR", seed=0)
     )
 
 
 def make_runner(configure: Configure) -> Any:
-    """A SingleAgentEnvRunner for ``configure(base_config())``."""
+    """A SingleAgentEnvRunner actor for ``configure(base_config())``, in its own process."""
+    import ray
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
+    class TimedEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
+        def steps_per_second(self, steps: int) -> float:
+            """Env steps sampled per second for one ``sample()`` + ``get_metrics()``."""
+            t0 = time.perf_counter()
+            episodes = self.sample(num_timesteps=steps)
+            self.get_metrics()
+            dt = time.perf_counter() - t0
+            return sum(len(e) for e in episodes) / dt
+
+        def memprobe_keys(self, steps: int) -> list[str]:
+            self.sample(num_timesteps=steps)
+            return [k for k in self.get_metrics() if k.startswith("memprobe/")]
+
     config = configure(base_config())
-    return SingleAgentEnvRunner(config=config, worker_index=1, num_workers=1)
+    actor = ray.remote(num_cpus=0)(TimedEnvRunner)
+    return actor.remote(config=config, worker_index=1, num_workers=1)
 
 
 def steps_per_second(runner: Any, steps: int) -> float:
-    """Env steps sampled per second for one ``sample()`` + ``get_metrics()``."""
-    t0 = time.perf_counter()
-    episodes = runner.sample(num_timesteps=steps)
-    runner.get_metrics()
-    dt = time.perf_counter() - t0
-    return sum(len(e) for e in episodes) / dt
+    """Env steps sampled per second for one ``sample()`` + ``get_metrics()`` in the actor."""
+    import ray
+
+    return float(ray.get(runner.steps_per_second.remote(steps)))
 
 
 def variants() -> dict[str, Configure]:
@@ -59,31 +77,41 @@ def variants() -> dict[str, Configure]:
 
     return {
         "none": lambda c: c,
+        # A second runner without a callback: its ratio is the harness's own error (A/A).
+        "none_again": lambda c: c,
         "default": lambda c: c.callbacks(MemoryProbeCallback),
     }
 
 
 def measure(names: list[str], pairs: int, steps: int, warmup: int = 3) -> dict[str, float]:
     """Median ratio (steps/s vs ``none``) for each variant in ``names``."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     table = variants()
     runners = {"none": make_runner(table["none"])}
     for n in names:
         runners[n] = make_runner(table[n])
-    for r in runners.values():
-        for _ in range(warmup):
-            steps_per_second(r, steps)
-    for n in names:  # the callback really runs (its keys reach the metrics)
-        runners[n].sample(num_timesteps=steps)
-        keys = [k for k in runners[n].get_metrics() if k.startswith("memprobe/")]
-        print(f"{n}: {len(keys)} memprobe keys logged per sample()")
-    ratios: dict[str, list[float]] = {n: [] for n in names}
-    for i in range(pairs):
-        for n in names:
-            order = ["none", n] if i % 2 == 0 else [n, "none"]
-            got = {k: steps_per_second(runners[k], steps) for k in order}
-            ratios[n].append(got[n] / got["none"])
-    for r in runners.values():
-        r.stop()
+    try:
+        for r in runners.values():
+            for _ in range(warmup):
+                steps_per_second(r, steps)
+        for n in names:  # the callback really runs (its keys reach the metrics)
+            keys = ray.get(runners[n].memprobe_keys.remote(steps))
+            print(f"{n}: {len(keys)} memprobe keys logged per sample()")
+        ratios: dict[str, list[float]] = {n: [] for n in names}
+        for i in range(pairs):
+            for n in names:
+                order = ["none", n] if i % 2 == 0 else [n, "none"]
+                got = {k: steps_per_second(runners[k], steps) for k in order}
+                ratios[n].append(got[n] / got["none"])
+    finally:
+        for r in runners.values():
+            ray.kill(r)
+        if started:
+            ray.shutdown()
     return {n: statistics.median(v) for n, v in ratios.items()}
 
 
@@ -91,7 +119,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=60)
     parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--variants", nargs="*", default=["default"])
+    parser.add_argument("--variants", nargs="*", default=["none_again", "default"])
     args = parser.parse_args()
     t0 = time.perf_counter()
     result = measure(args.variants, args.pairs, args.steps)
