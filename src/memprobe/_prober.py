@@ -657,11 +657,12 @@ class Prober:
             )
 
     # -- sampling ---------------------------------------------------------------
-    def _due(self, slot: _Slot, now: float) -> bool:
-        if slot.disabled:
-            return False
-        if self._calls - slot.last_call < slot.every:
-            return False
+    def _due_by_time(self, slot: _Slot, now: float) -> bool:
+        """The time part of a slot's schedule: its interval and its share of the budget.
+
+        ``sample()`` checks ``disabled`` and ``every`` first, and calls this only
+        when the slot has an interval or the Prober a budget.
+        """
         since = now - slot.last_time
         if since < slot.interval_seconds:
             return False
@@ -688,7 +689,7 @@ class Prober:
                 self.start()
             t0 = _perf_counter()
             calls = self._calls = self._calls + 1
-            timed = self.budget is not None  # else only a slot's interval_seconds needs _due()
+            timed = self.budget is not None  # else only a slot's interval needs the clock
             results: dict[str, Any] = {}
             ran: list[_Slot] = []
             spent = 0.0
@@ -697,7 +698,7 @@ class Prober:
                     continue
                 if not force and (
                     calls - slot.last_call < slot.every
-                    or ((timed or slot.interval_seconds) and not self._due(slot, t0))
+                    or ((timed or slot.interval_seconds) and not self._due_by_time(slot, t0))
                 ):
                     continue
                 t1 = _perf_counter()
