@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import random
 import time
 
@@ -138,12 +139,20 @@ def test_analyze_samples_names_the_site() -> None:
     assert not quiet.leak and quiet.suspects == []
 
 
+def _fresh_mib() -> mmap.mmap:
+    """1 MiB in fresh pages, touched: rss grows by it (a bytearray could reuse free heap
+    pages earlier tests left resident, and rss not grow; seen in CI)."""
+    m = mmap.mmap(-1, 1 << 20)
+    m.write(b"x" * (1 << 20))
+    return m
+
+
 def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
     keep = []
     with memprobe.Prober(["process"], on_leak="warn", leak_check_every=10) as prober:
         with pytest.warns(memprobe.LeakWarning) as caught:
             for i in range(40):
-                keep.append(bytearray(1 << 20))
+                keep.append(_fresh_mib())
                 prober.sample(step=i)
     messages = [str(w.message) for w in caught]
     assert any("rss_bytes: leak" in m for m in messages)
@@ -156,7 +165,7 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
     with memprobe.Prober(["process"], on_leak=broken, leak_check_every=5) as prober:
         with pytest.warns(memprobe.ProbeFailedWarning, match="leak_alarm"):
             for i in range(30):
-                keep.append(bytearray(1 << 20))
+                keep.append(_fresh_mib())
                 prober.sample(step=i)
     with pytest.raises(memprobe.ConfigError, match="on_leak"):
         memprobe.Prober(["process"], on_leak=42)

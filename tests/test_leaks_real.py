@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import os
 import sys
 
@@ -15,26 +16,31 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ne
 
 
 def test_native_malloc_leak_shows_in_rss_not_tracemalloc() -> None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
     libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
-    libc.free.argtypes = [ctypes.c_void_p]
-    # Earlier tests in this process leave free heap pages that are still resident; malloc
-    # would reuse them and rss grow by less than the leak. malloc_trim gives them back.
-    libc.malloc_trim(0)
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = 256 * 1024
+    # Native memory Python never sees, in fresh pages: malloc() would reuse free heap
+    # pages that earlier tests (Ray, torch) left resident once glibc raised its mmap
+    # threshold, and rss would grow by less than the leak (seen in CI: 20 KiB a call).
+    prot = mmap.PROT_READ | mmap.PROT_WRITE
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
     held: list[int] = []
 
     def leak() -> None:
-        p = libc.malloc(256 * 1024)
-        libc.memset(p, 1, 256 * 1024)  # touch the pages so they count in rss
+        p = libc.mmap(None, size, prot, flags, -1, 0)
+        assert p not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        libc.memset(p, 1, size)  # touch the pages so they count in rss
         held.append(p)
 
     try:
         report = memprobe.check_leaks(leak, repeats=40, warmup=3)
     finally:
         for p in held:
-            libc.free(p)
+            libc.munmap(p, size)
     rss = report.get("process/rss_bytes")
     traced = report.get("tracemalloc/filtered_bytes")
     assert rss is not None and rss.leak, report
