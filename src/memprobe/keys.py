@@ -1,0 +1,168 @@
+"""The metric-key format, both ways: ``<prefix>/<probe>/<metric>``.
+
+Every key a Prober emits is ``prefix + "/" + probe + "/" + metric``. The prefix
+may itself contain ``/`` (``memprobe/driver``); the probe is one component; the
+metric may contain ``/`` (``top/<site>/size_bytes``, where the site is a path).
+Besides the probes' own sections, a Prober writes the sections in
+:data:`PROBER_SECTIONS`. This module is the one place that builds keys and
+takes them apart; nothing else slices keys by hand.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+import sysconfig
+from collections.abc import Iterable
+from typing import NamedTuple
+
+#: The default first component of every key.
+DEFAULT_PREFIX = "memprobe"
+#: The sections a Prober adds beside its probes' (its own cost, failures, verdicts).
+PROBER_SECTIONS = ("overhead", "errors", "timeouts", "leak")
+#: The key every sample carries, under the prefix: how a reader finds the prefix.
+SAMPLE_SECONDS = "overhead/sample_seconds"
+#: The metric of an allocation site / type key: ``top/<name>/size_bytes`` and its kin.
+SITE_SECTIONS = ("top", "growth", "survivors")
+
+#: Characters a key part keeps; everything else (whitespace included) becomes ``_``.
+#: This is the set TensorBoard, MLflow and WandB accept in tag names, plus ``:``
+#: for ``file.py:line`` allocation sites.
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/:]+")
+
+
+class KeyParts(NamedTuple):
+    """A key taken apart: ``prefix`` (may hold ``/``, may be empty), ``probe``, ``metric``."""
+
+    prefix: str
+    probe: str
+    metric: str
+
+
+@functools.lru_cache(maxsize=8192)
+def sanitize_key(part: str) -> str:
+    """Make one key part safe for metric backends.
+
+    Runs of whitespace and of characters outside ``[A-Za-z0-9_.-/:]`` become one
+    ``_``; leading and trailing separators are dropped; an empty part becomes ``_``.
+    Idempotent: ``sanitize_key(sanitize_key(s)) == sanitize_key(s)``.
+    """
+    out = _UNSAFE.sub("_", part).strip("/")
+    out = re.sub("/{2,}", "/", out)
+    return out or "_"
+
+
+def prefix_path(prefix: str) -> str:
+    """The sanitized prefix with its trailing ``/``: what every key starts with (``""`` for none)."""
+    return sanitize_key(prefix) + "/" if prefix else ""
+
+
+def make_key(prefix: str, probe: str, metric: str) -> str:
+    """``<prefix>/<probe>/<metric>`` with each part sanitized (the prefix may be ``""``)."""
+    return f"{prefix_path(prefix)}{sanitize_key(probe)}/{sanitize_key(metric)}"
+
+
+def split_key(key: str, prefix: str) -> KeyParts:
+    """Take ``key`` apart, given the prefix it was built with.
+
+    >>> split_key("memprobe/driver/process/rss_bytes", "memprobe/driver")
+    KeyParts(prefix='memprobe/driver', probe='process', metric='rss_bytes')
+
+    :raises ValueError: ``key`` does not start with ``prefix`` or has no metric.
+    """
+    head = prefix_path(prefix)
+    if not key.startswith(head):
+        raise ValueError(f"key {key!r} does not start with the prefix {prefix!r}")
+    probe, sep, metric = key[len(head):].partition("/")
+    if not sep or not probe or not metric:
+        raise ValueError(f"key {key!r} has no <probe>/<metric> after the prefix {prefix!r}")
+    return KeyParts(head[:-1], probe, metric)
+
+
+def short_key(key: str, prefix: str) -> str:
+    """``<probe>/<metric>``: the key without its prefix (the key itself if it lacks it)."""
+    head = prefix_path(prefix)
+    return key[len(head):] if head and key.startswith(head) else key
+
+
+def infer_prefix(keys: Iterable[str]) -> str | None:
+    """The prefix of a sample's keys, from the :data:`SAMPLE_SECONDS` key every sample has.
+
+    >>> infer_prefix(["memprobe/driver/process/rss_bytes", "memprobe/driver/overhead/sample_seconds"])
+    'memprobe/driver'
+
+    ``None`` when no key ends in it (not a Prober's sample).
+    """
+    tail = "/" + SAMPLE_SECONDS
+    for k in keys:
+        if k == SAMPLE_SECONDS:
+            return ""
+        if k.endswith(tail):
+            return k[: -len(tail)]
+    return None
+
+
+def site_name(metric: str) -> str | None:
+    """The site or type inside ``top|growth|survivors/<name>/<stat>``, else ``None``.
+
+    >>> site_name("top/train.py:12/size_bytes")
+    'train.py:12'
+    """
+    section, sep, rest = metric.partition("/")
+    if not sep or section not in SITE_SECTIONS:
+        return None
+    name, sep, _stat = rest.rpartition("/")
+    return name if sep and name else None
+
+
+def _site_roots() -> list[tuple[str, str]]:
+    roots: list[str] = []
+    for p in sys.path:
+        if p and ("site-packages" in p or "dist-packages" in p):
+            roots.append(p)
+    for name in ("purelib", "platlib", "stdlib", "platstdlib"):
+        try:
+            roots.append(sysconfig.get_paths()[name])
+        except KeyError:
+            pass
+    out = []
+    for r in roots:
+        r = os.path.normpath(os.path.abspath(r))
+        out.append((r + os.sep, r))
+    # Longest first, so site-packages wins over the stdlib directory above it.
+    out.sort(key=lambda t: len(t[0]), reverse=True)
+    return list(dict.fromkeys(out))
+
+
+@functools.lru_cache(maxsize=8192)
+def shorten_path(filename: str) -> str:
+    """Shorten a source path for use in a key.
+
+    Relative to site-packages (``ray/rllib/env/env_runner.py``), the standard
+    library (``json/decoder.py``) or the working directory (``train.py``);
+    other absolute paths keep their last two components. ``<frozen ...>`` and
+    similar pseudo-files are kept as they are, without the brackets.
+    """
+    if filename.startswith("<"):
+        return filename.strip("<>").replace(" ", "_")
+    path = os.path.normpath(filename)
+    if not os.path.isabs(path):
+        return path.replace(os.sep, "/")
+    candidates = [*_site_roots()]
+    cwd = os.getcwd()
+    candidates.append((cwd + os.sep, cwd))
+    best = ""
+    for with_sep, _ in candidates:
+        if path.startswith(with_sep) and len(with_sep) > len(best):
+            best = with_sep
+    if best:
+        return path[len(best):].replace(os.sep, "/")
+    parts = path.split(os.sep)
+    return "/".join(parts[-2:])
+
+
+def format_site(filename: str, lineno: int) -> str:
+    """``package/file.py:line`` for an allocation site."""
+    return f"{shorten_path(filename)}:{lineno}"
