@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import memprobe
 from memprobe._jsonl import RECORD_FIELDS, iter_records, read_samples
-from memprobe._prober import Sample
+from memprobe import Sample
 from memprobe._sinks import JsonlSink
 
 

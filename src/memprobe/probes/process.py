@@ -9,6 +9,7 @@ from typing import Any
 from .._errors import ConfigError, show
 from .._pid import current_pid
 from ..hookspecs import hookimpl
+from ..metrics import Metric
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -47,16 +48,21 @@ class ProcessProbe:
     """
 
     metrics = {
-        "rss_bytes": "resident set size, bytes",
-        "vms_bytes": "virtual memory size, bytes",
-        "shared_bytes": "resident shared pages (file-backed), bytes (Linux)",
-        "data_bytes": "data + stack segment, bytes (Linux)",
-        "num_fds": "open file descriptors, count (POSIX)",
-        "num_threads": "OS threads of this process, count",
-        "uss_bytes": "unique set size, bytes (full=True)",
-        "pss_bytes": "proportional set size, bytes (full=True, Linux)",
-        "swap_bytes": "swapped out, bytes (full=True, Linux)",
+        "rss_bytes": Metric("resident set size", "bytes"),
+        "vms_bytes": Metric("virtual memory size", "bytes"),
+        "shared_bytes": Metric("resident shared pages (file-backed; Linux)", "bytes"),
+        "data_bytes": Metric("data + stack segment (Linux)", "bytes"),
+        "num_fds": Metric("open file descriptors (POSIX)", "count"),
+        "num_threads": Metric("OS threads of this process", "count"),
+        "uss_bytes": Metric("unique set size (full=True)", "bytes"),
+        "pss_bytes": Metric("proportional set size (full=True, Linux)", "bytes"),
+        "swap_bytes": Metric("swapped out (full=True, Linux)", "bytes"),
     }
+
+    # Set before the options are checked, so that a probe refused by a bad option
+    # has nothing to close when it is collected.
+    _statm = _stat = _fd_dirfd = _task_fd = -1
+    _proc: Any = None
 
     def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None) -> None:
         if not isinstance(full, bool):
