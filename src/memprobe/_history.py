@@ -44,7 +44,7 @@ class _Layout:
         self.contiguous = cols == tuple(range(self.first, self.first + len(cols)))
 
 
-def _make_sample(time_seconds: float, step: int | None, pid: int, values: Mapping[str, Number],
+def make_sample(time_seconds: float, step: int | None, pid: int, values: Mapping[str, Number],
                  _new: Any = object.__new__) -> Sample:
     """``Sample(...)`` without the frozen dataclass's ``__init__`` (half the cost)."""
     sample = _new(Sample)
@@ -183,7 +183,7 @@ class History(Sequence[Sample]):
                     step = v
                 else:
                     values[layout.keys[layout.cols.index(c)]] = v
-        return _make_sample(self._times[row], step, self._pids[row], values)
+        return make_sample(self._times[row], step, self._pids[row], values)
 
     @overload
     def __getitem__(self, i: int) -> Sample: ...
@@ -204,6 +204,24 @@ class History(Sequence[Sample]):
     def __iter__(self) -> Iterator[Sample]:
         for j in range(self._len):
             yield self._sample(self._row(j))
+
+    def series(self, key: str) -> tuple[list[float], list[float]]:
+        """``(x, y)`` for one metric; x is the step, or the sample index."""
+        xs: list[float] = []
+        ys: list[float] = []
+        for i, s in enumerate(self):
+            v = s.values.get(key)
+            if v is not None:
+                xs.append(float(s.step if s.step is not None else i))
+                ys.append(float(v))
+        return xs, ys
+
+    def latest(self) -> dict[str, Number]:
+        """The most recent value of every metric."""
+        out: dict[str, Number] = {}
+        for s in self:
+            out.update(s.values)
+        return out
 
     def __repr__(self) -> str:
         return f"<memprobe History of {self._len} samples, maxlen={self.maxlen}>"

@@ -6,7 +6,6 @@ import functools
 import os
 import threading
 import time
-import traceback
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
@@ -15,37 +14,27 @@ from typing import Any, TypeVar
 import pluggy
 
 from ._alarm import LeakAlarm, OnLeak, check_leak_options
+from ._components import build_probes, build_sinks, discard
 from ._errors import ConfigError, MetricValueError, ProbeError, ProbeFailedWarning, show
-from ._flatten import SiteKeyCap, check_number, compiled_flattener, flatten
-from ._history import MAX_HISTORY, History, _make_sample
+from ._flatten import SiteKeyCap, compiled_flattener, flatten
+from ._history import MAX_HISTORY, History, make_sample
+from ._hooks import SampleHooks
 from ._options import (
-    GUARD_OPTIONS,
-    SCHEDULE_OPTIONS,
     ProbesOption,
-    build,
     check_bool,
     check_fraction,
     check_int,
     check_limit,
     check_seconds,
     check_tags,
-    guard_options,
     parse_probes,
     parse_sinks,
 )
 from ._pid import current_pid
-from ._plugins import (
-    ProbeInfo,
-    collect_probes,
-    collect_sinks,
-    get_plugin_manager,
-    plugin_label,
-    unknown_probe_error,
-    unknown_sink_error,
-)
-from ._sample import Number, Sample
+from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
+from ._sample import Number
 from ._scheduled import ScheduledProbe
-from ._sinks import JsonlSink, Sink
+from ._sinks import Sink
 from ._verdicts import Report, analyze_samples
 from .keys import PROBER_SECTIONS, prefix_path, split_key
 from .metrics import PROBER_METRICS, Metric, default_metric, lookup
@@ -65,15 +54,9 @@ _LIVE_PROBERS: weakref.WeakSet[Prober] = weakref.WeakSet()
 
 
 def _renew_after_fork() -> None:
-    """In a forked child: a fresh lock, and a history of the child's own samples only.
-
-    A thread of the parent that was sampling when another thread forked
-    leaves the Prober's lock held forever in the child, so the child's first
-    ``sample()`` would hang. The child has only the forking thread, so a
-    fresh lock is safe. The parent's samples are the parent's: kept in the
-    child's history they would be judged with the child's, two processes'
-    memory read as one series. The alarm and the overhead fraction restart too.
-    """
+    """In a forked child: a fresh lock (a parent's thread may have held it), and a
+    history, alarm and overhead fraction of the child's own samples only (the
+    parent's samples judged with the child's would read two processes as one)."""
     for prober in list(_LIVE_PROBERS):
         prober._renew_in_child()
 
@@ -179,15 +162,15 @@ class Prober:
             check_leak_options(leak_options)
         self._pm = plugin_manager or get_plugin_manager(load_entrypoints=load_entrypoints)
         self.registry: dict[str, ProbeInfo] = collect_probes(self._pm)
-        self._probes: list[ScheduledProbe] = []
-        self._sinks: list[tuple[str, Sink]] = []
-        self._started = False
+        self._probes: list[ScheduledProbe] = build_probes(
+            parse_probes(probes), self.registry, every=self.every,
+            interval_seconds=self.interval_seconds, time_limit=time_limit_seconds)
         try:
-            self._build_probes(parse_probes(probes), time_limit_seconds)
-            self._build_sinks(sink, tags, sink_spec)
+            self._sinks: list[tuple[str, Sink]] = build_sinks(sink, tags, sink_spec, self._pm)
         except BaseException:
-            self._discard()
+            discard(self._probes, [])
             raise
+        self._started = False
         self.history = History(history)
         self.site_key_cap = SiteKeyCap(max_site_keys)
         self._lock = threading.RLock()
@@ -202,65 +185,9 @@ class Prober:
             sp.overhead_key = f"{p}overhead/{sp.name}_seconds"
         self._key_sample_seconds = f"{p}overhead/sample_seconds"
         self._key_fraction = f"{p}overhead/fraction"
-        self._hook_errors: dict[str, int] = {}
+        self._hooks = SampleHooks(self._pm, f"{p}errors/")
         self._any_errors = False  # a probe or a hook has failed: sample() adds errors/...
-        self._derive_hooks: list[Any] = []
-        self._end_hooks: list[Any] = []
         _LIVE_PROBERS.add(self)
-
-    def _build_probes(self, spec: dict[str, dict[str, Any]], limit: float | None) -> None:
-        for name, opts in spec.items():
-            info = self.registry.get(name)
-            if info is None:
-                raise unknown_probe_error(name, self.registry)
-            opts = dict(opts)
-            p_every = check_int(f"probes.{name}.every", opts.pop("every", self.every), 1)
-            p_interval = check_seconds(
-                f"probes.{name}.interval_seconds",
-                opts.pop("interval_seconds", self.interval_seconds),
-            )
-            guard = guard_options(name, opts, limit)
-            probe = build("probe", name, info.plugin, info.factory, opts,
-                          ("start", "sample", "stop"), (*SCHEDULE_OPTIONS, *GUARD_OPTIONS))
-            sp = ScheduledProbe(name, probe, p_every, p_interval)
-            sp.time_limit, sp.max_keys, isolate = guard
-            if isolate:
-                sp.isolate()
-            self._probes.append(sp)
-
-    def _build_sinks(self, sink: Any, tags: dict[str, Any] | None,
-                     spec: dict[str, dict[str, Any]]) -> None:
-        if sink is None:
-            pass
-        elif isinstance(sink, (str, os.PathLike)):
-            self._sinks.append(("sink", JsonlSink(sink, tags=tags)))
-        elif callable(getattr(sink, "write", None)):
-            self._sinks.append(("sink", sink))
-        else:
-            raise ConfigError("sink", f"must be a path or an object with write(), got {show(sink)}")
-        if spec:
-            registry = collect_sinks(self._pm)
-            for name, opts in spec.items():
-                info = registry.get(name)
-                if info is None:
-                    raise unknown_sink_error(name, registry)
-                obj = build("sink", name, info.plugin, info.factory, opts, ("write", "close"))
-                self._sinks.append((name, obj))
-
-    def _discard(self) -> None:
-        """Close what a constructor that failed half-way had opened, silently."""
-        for sp in self._probes:
-            close = getattr(sp.probe, "stop", None)
-            try:
-                if close is not None:
-                    close()
-            except Exception:
-                pass
-        for _, s in self._sinks:
-            try:
-                s.close()
-            except Exception:
-                pass
 
     def _renew_in_child(self) -> None:
         self._lock = threading.RLock()
@@ -321,8 +248,7 @@ class Prober:
                 return self
             self._started = True
             self._t_start = time.perf_counter()
-            self._derive_hooks = self._pm.hook.memprobe_sample_flattened.get_hookimpls()
-            self._end_hooks = self._pm.hook.memprobe_sample_end.get_hookimpls()
+            self._hooks.collect()
             for sp in self._probes:
                 try:
                     sp.start()
@@ -378,50 +304,14 @@ class Prober:
     # -- failures ---------------------------------------------------------------
     def _fail(self, sp: ScheduledProbe, exc: BaseException, where: str,
               fatal: bool = False) -> None:
-        sp.errors_count += 1
         self._any_errors = True
-        sp.consecutive_failures += 1
-        disable = fatal or sp.consecutive_failures >= self.max_failures
-        if disable:
-            sp.disabled = True
-        if not sp.warned or disable:
-            sp.warned = True
-            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            then = (
-                "it is disabled" if disable
-                else f"it is disabled after {self.max_failures} failures in a row"
-            )
-            warnings.warn(
-                f"memprobe probe {sp.name!r} failed in {where}(): {type(exc).__name__}: {exc}; "
-                f"counted in {self._prefix_s}errors/{sp.name}, {then}.\n{tb}",
-                ProbeFailedWarning,
-                stacklevel=5,
-            )
+        sp.fail(exc, where, self.max_failures, f"{self._prefix_s}errors/{sp.name}", fatal)
 
-    def _hook_failed(self, plugin: str, hook: str, exc: BaseException) -> None:
-        first = plugin not in self._hook_errors
-        self._hook_errors[plugin] = self._hook_errors.get(plugin, 0) + 1
+    def _hook_failed(self, name: str, hook: str, exc: BaseException) -> None:
         self._any_errors = True
-        if first:
-            warnings.warn(
-                f"memprobe plugin {plugin!r} failed in {hook}: {type(exc).__name__}: {exc}; "
-                f"counted in {self._prefix_s}errors/{plugin}",
-                ProbeFailedWarning,
-                stacklevel=5,
-            )
+        self._hooks.failed(name, hook, exc)
 
     # -- sampling ---------------------------------------------------------------
-    def _due_by_time(self, sp: ScheduledProbe, now: float) -> bool:
-        """The time part of a probe's schedule: its interval and its share of the budget."""
-        since = now - sp.last_time
-        if since < sp.interval_seconds:
-            return False
-        if self.budget is not None and sp.cost_seconds:
-            share = self.budget / len(self._probes)
-            if since < sp.cost_seconds / share:
-                return False
-        return True
-
     def sample(self, step: int | None = None, *, force: bool = False) -> dict[str, Number]:
         """Run the probes that are due and return this sample's flat values.
 
@@ -456,6 +346,7 @@ class Prober:
         t0 = t1 = _perf_counter()
         calls = self._calls = self._calls + 1
         timed = self.budget is not None  # else only a probe's interval needs the clock
+        share = self.budget / len(self._probes) if timed else None  # type: ignore[operator]
         values: dict[str, Number] | None = None
         ran: list[ScheduledProbe] = []
         for sp in self._probes:
@@ -463,7 +354,7 @@ class Prober:
                 continue
             if not force and (
                 calls - sp.last_call < sp.every
-                or ((timed or sp.interval_seconds) and not self._due_by_time(sp, t1))
+                or ((timed or sp.interval_seconds) and not sp.due_by_time(t1, share))
             ):
                 continue
             try:
@@ -531,8 +422,9 @@ class Prober:
             self._add_errors(values)
         for sp in ran:
             values[sp.overhead_key] = sp.last_cost_seconds
-        if self._derive_hooks:
-            self._derive(values)
+        hooks = self._hooks
+        if hooks.derive:
+            hooks.run_derive(values, self)
         t3 = _perf_counter()
         values[self._key_sample_seconds] = t3 - t0
         if self._t_first:
@@ -544,15 +436,15 @@ class Prober:
         now = _time()
         pid = current_pid()
         self.history.append(now, step, pid, values)
-        if self._sinks or self._end_hooks:
-            sample = _make_sample(now, step, pid, values)
+        if self._sinks or hooks.end:
+            sample = make_sample(now, step, pid, values)
             for name, s in self._sinks:
                 try:
                     s.write(sample)
                 except Exception as exc:  # a user's sink; JsonlSink reports its own errors
                     self._hook_failed(name, "write", exc)
-            if self._end_hooks:
-                self._end(sample)
+            if hooks.end:
+                hooks.run_end(sample, self)
         alarm = self.alarm
         if alarm is not None and alarm.tick():
             self._check_leaks(alarm)
@@ -565,7 +457,7 @@ class Prober:
                 values[f"{p}errors/{sp.name}"] = sp.errors_count
                 if sp.timeouts_count:
                     values[f"{p}timeouts/{sp.name}"] = sp.timeouts_count
-        for name, n in self._hook_errors.items():
+        for name, n in self._hooks.errors.items():
             values[f"{p}errors/{name}"] = n
         if self._reentrant:
             values[f"{p}errors/reentrant"] = self._reentrant
@@ -578,32 +470,6 @@ class Prober:
             raise  # warnings turned into errors by the user's filters are theirs
         except Exception as exc:
             self._hook_failed("leak_alarm", "on_leak", exc)
-
-    def _derive(self, values: dict[str, Number]) -> None:
-        for impl in self._derive_hooks:
-            try:
-                extra = impl.function(values=dict(values), prober=self)
-                if extra is None:
-                    continue
-                if not isinstance(extra, Mapping):
-                    raise MetricValueError(plugin_label(impl), "returned a non-mapping")
-                checked = {}
-                for k, v in extra.items():
-                    if not isinstance(k, str):
-                        raise MetricValueError(repr(k), "derived metric key is not a str")
-                    if k in values:
-                        raise MetricValueError(k, "derived metric would overwrite a probe's metric")
-                    checked[k] = check_number(k, v)
-                values.update(checked)
-            except Exception as exc:
-                self._hook_failed(plugin_label(impl), "memprobe_sample_flattened", exc)
-
-    def _end(self, sample: Sample) -> None:
-        for impl in self._end_hooks:
-            try:
-                impl.function(sample=sample, prober=self)
-            except Exception as exc:
-                self._hook_failed(plugin_label(impl), "memprobe_sample_end", exc)
 
     # -- reading back -----------------------------------------------------------
     def report(self, **options: Any) -> Report:
@@ -619,22 +485,11 @@ class Prober:
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` for one metric over ``history``; x is the step, or the sample index."""
-        xs: list[float] = []
-        ys: list[float] = []
         with self._lock:
-            for i, s in enumerate(self.history):
-                v = s.values.get(key)
-                if v is not None:
-                    xs.append(float(s.step if s.step is not None else i))
-                    ys.append(float(v))
-        return xs, ys
+            return self.history.series(key)
 
     @property
     def latest(self) -> dict[str, Number]:
         """The most recent value of every metric in ``history``."""
-        out: dict[str, Number] = {}
         with self._lock:
-            for s in self.history:
-                out.update(s.values)
-        return out
-
+            return self.history.latest()

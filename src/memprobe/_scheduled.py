@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import traceback
+import warnings
 from typing import Any, Callable, Union
 
+from ._errors import ProbeFailedWarning
 from ._options import DEFAULT_MAX_KEYS
 from ._worker import IsolationWorker
 
@@ -64,6 +67,17 @@ class ScheduledProbe:
         self.started = False
         self.warned = False
 
+    def due_by_time(self, now: float, budget_share: float | None) -> bool:
+        """The time part of the schedule: the interval, and the probe's share of the budget
+        (it may run at most once per ``cost_seconds / budget_share`` seconds)."""
+        since = now - self.last_time
+        if since < self.interval_seconds:
+            return False
+        if budget_share is not None and self.cost_seconds:
+            if since < self.cost_seconds / budget_share:
+                return False
+        return True
+
     def isolate(self) -> None:
         """Run this probe's calls in a worker thread from now on."""
         self.worker = IsolationWorker(self.name)
@@ -108,3 +122,29 @@ class ScheduledProbe:
     def abandoned(self) -> bool:
         """True once an isolated call hung past the time limit and was abandoned."""
         return self.worker is not None and self.worker.abandoned
+
+    def fail(self, exc: BaseException, where: str, max_failures: int, errors_key: str,
+             fatal: bool = False) -> None:
+        """Count a failure; disable after ``max_failures`` in a row (at once if ``fatal``).
+
+        Warns (a :class:`memprobe.ProbeFailedWarning` with the traceback) at the
+        first failure and when the probe is disabled.
+        """
+        self.errors_count += 1
+        self.consecutive_failures += 1
+        disable = fatal or self.consecutive_failures >= max_failures
+        if disable:
+            self.disabled = True
+        if not self.warned or disable:
+            self.warned = True
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            then = (
+                "it is disabled" if disable
+                else f"it is disabled after {max_failures} failures in a row"
+            )
+            warnings.warn(
+                f"memprobe probe {self.name!r} failed in {where}(): {type(exc).__name__}: "
+                f"{exc}; counted in {errors_key}, {then}.\n{tb}",
+                ProbeFailedWarning,
+                stacklevel=6,
+            )
