@@ -3,49 +3,46 @@
 A ring of Python objects (a ``deque`` of samples, each with its own dict of
 boxed numbers) grows the process by about 600 bytes per sample until it is
 full, which is exactly what a leak looks like to a verdict on ``rss_bytes``.
-Here the numbers live in one preallocated ``array('d')`` of ``maxlen`` rows,
-one column per key; the memory is touched when the history is made, so it
-does not grow as the ring fills. It grows only when a key is seen for the
-first time (a new column, bounded by the site-key cap), which happens in the
-first samples of a run.
+Here each sample is packed into one fixed-size row of a ``bytearray``
+allocated (and touched) when the history is made, so memory does not grow as
+the ring fills. The bytearray grows only when a sample has more keys than a
+row holds, which happens in the first samples of a run.
 
-Each row records its *layout*: the keys present in that sample, in order,
-their columns and which values are ints. Samples are rebuilt as
-:class:`memprobe.Sample` objects when read. An int too large for a double to
-hold exactly (over 2**53) is kept as it is beside the array.
+Each row records its *layout*: the sample's keys in order, their types and
+the ``struct`` format packing them (``q`` for an int, ``d`` for a float), so
+values come back exactly, with their types. A sample that does not pack (an
+int beyond 64 bits signed) is kept aside as a dict. Samples are rebuilt as
+:class:`memprobe.Sample` objects when read.
 """
 
 from __future__ import annotations
 
+import struct
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from ._sample import Number, Sample
 
-#: Ints beyond this magnitude are not exact as doubles: such values are kept aside.
-_EXACT = 2**53
-_MIN_COLUMNS = 32
 #: The longest history (its storage is allocated up front: 8 bytes per key per sample).
 MAX_HISTORY = 10_000_000
+_MIN_ROW_BYTES = 8 * 32
+_ASIDE = -1  # the layout id of a row kept aside as a dict
 
 
 class _Layout:
-    """The keys of one kind of row, their columns, and which of their values are ints."""
+    """The keys of one kind of row, their types, and the struct that packs their values."""
 
-    __slots__ = ("cols", "contiguous", "first", "ints", "keys", "types")
+    __slots__ = ("keys", "packer", "types")
 
-    def __init__(self, keys: tuple[str, ...], types: tuple[type, ...], cols: tuple[int, ...]):
+    def __init__(self, keys: tuple[str, ...], types: tuple[type, ...]) -> None:
         self.keys = keys
         self.types = types
-        self.cols = cols
-        self.ints = tuple(t is int for t in types)
-        self.first = cols[0] if cols else 0
-        self.contiguous = cols == tuple(range(self.first, self.first + len(cols)))
+        self.packer = struct.Struct("=" + "".join("q" if t is int else "d" for t in types))
 
 
 def make_sample(time_seconds: float, step: int | None, pid: int, values: Mapping[str, Number],
-                 _new: Any = object.__new__) -> Sample:
+                _new: Any = object.__new__) -> Sample:
     """``Sample(...)`` without the frozen dataclass's ``__init__`` (half the cost)."""
     sample = _new(Sample)
     d = sample.__dict__
@@ -73,11 +70,10 @@ class History(Sequence[Sample]):
         self._layouts: list[_Layout] = []
         self._layout_ids: dict[tuple[tuple[str, ...], tuple[type, ...]], int] = {}
         self._last: _Layout | None = None
-        self._last_id = -1
-        self._columns: dict[str, int] = {}
-        self._width = _MIN_COLUMNS
-        self._data = array("d", [0.0]) * (maxlen * self._width)
-        self._exact: dict[int, dict[int, Any]] = {}  # row -> {column: value} kept aside
+        self._last_id = 0
+        self._row_bytes = _MIN_ROW_BYTES
+        self._data = bytearray(maxlen * self._row_bytes)
+        self._aside: dict[int, Any] = {}  # row -> values (or step, under -1 - row) kept aside
         self._start = 0
         self._len = 0
 
@@ -85,8 +81,8 @@ class History(Sequence[Sample]):
     def append(self, time_seconds: float, step: int | None, pid: int,
                values: Mapping[str, Number]) -> None:
         """Store one sample (the oldest is dropped when full). ``values`` is copied."""
-        vals = tuple(values.values())
         keys = tuple(values)
+        vals = tuple(values.values())
         types = tuple(map(type, vals))
         layout = self._last
         if layout is None or keys != layout.keys or types != layout.types:
@@ -100,8 +96,9 @@ class History(Sequence[Sample]):
         else:
             row = self._start
             self._start = row + 1 if row + 1 < self.maxlen else 0
-        if self._exact:
-            self._exact.pop(row, None)
+        if self._aside:
+            self._aside.pop(row, None)
+            self._aside.pop(-1 - row, None)
         self._times[row] = time_seconds
         if step is None:
             self._has_step[row] = 0
@@ -110,54 +107,45 @@ class History(Sequence[Sample]):
             try:
                 self._steps[row] = step
             except OverflowError:
-                self._steps[row] = 0
-                self._exact.setdefault(row, {})[-1] = step
+                self._aside[-1 - row] = step
         self._pids[row] = pid
-        self._rows[row] = self._last_id
-        base = row * self._width
-        data = self._data
-        if layout.contiguous:
-            start = base + layout.first
-            data[start:start + len(vals)] = array("d", vals)
-        else:
-            for c, v in zip(layout.cols, vals):
-                data[base + c] = v
-        if vals and (max(vals) > _EXACT or min(vals) < -_EXACT):
-            aside = {c: v for c, v in zip(layout.cols, vals)
-                     if type(v) is int and not -_EXACT <= v <= _EXACT}
-            if aside:
-                self._exact.setdefault(row, {}).update(aside)
+        try:
+            layout.packer.pack_into(self._data, row * self._row_bytes, *vals)
+            self._rows[row] = self._last_id
+        except struct.error:  # an int beyond int64: kept as it is
+            self._aside[row] = dict(values)
+            self._rows[row] = _ASIDE
 
     def _layout(self, keys: tuple[str, ...], types: tuple[type, ...]) -> _Layout:
         key = (keys, types)
         i = self._layout_ids.get(key)
         if i is None:
-            columns = self._columns
-            for k in keys:
-                if k not in columns:
-                    columns[k] = len(columns)
-            if len(columns) > self._width:
-                self._widen(len(columns))
+            if not all(t is int or t is float for t in types):  # int/float subclasses
+                types = tuple(int if isinstance(t, type) and issubclass(t, int) else float
+                              for t in types)
+            layout = _Layout(keys, types)
+            if layout.packer.size > self._row_bytes:
+                self._widen(layout.packer.size)
             i = self._layout_ids[key] = len(self._layouts)
-            self._layouts.append(_Layout(keys, types, tuple(columns[k] for k in keys)))
+            self._layouts.append(layout)
         self._last = self._layouts[i]
         self._last_id = i
         return self._last
 
     def _widen(self, needed: int) -> None:
-        width = self._width
-        new = max(needed, 2 * width)
-        data = array("d", [0.0]) * (self.maxlen * new)
+        old_w = self._row_bytes
+        new_w = max(needed, 2 * old_w)
+        data = bytearray(self.maxlen * new_w)
         old = self._data
         for r in range(self.maxlen):
-            data[r * new:r * new + width] = old[r * width:(r + 1) * width]
+            data[r * new_w:r * new_w + old_w] = old[r * old_w:(r + 1) * old_w]
         self._data = data
-        self._width = new
+        self._row_bytes = new_w
 
     def clear(self) -> None:
         """Forget every sample (the storage is kept)."""
         self._start = self._len = 0
-        self._exact.clear()
+        self._aside.clear()
 
     # -- reading -----------------------------------------------------------
     def __len__(self) -> int:
@@ -168,21 +156,16 @@ class History(Sequence[Sample]):
         return row - self.maxlen if row >= self.maxlen else row
 
     def _sample(self, row: int) -> Sample:
-        layout = self._layouts[self._rows[row]]
-        base = row * self._width
-        data = self._data
-        values: dict[str, Number] = {}
-        for k, c, is_int in zip(layout.keys, layout.cols, layout.ints):
-            v = data[base + c]
-            values[k] = int(v) if is_int else v
-        aside = self._exact.get(row)
+        i = self._rows[row]
+        if i == _ASIDE:
+            values = dict(self._aside[row])
+        else:
+            layout = self._layouts[i]
+            values = dict(zip(layout.keys, layout.packer.unpack_from(
+                self._data, row * self._row_bytes)))
         step: int | None = self._steps[row] if self._has_step[row] else None
-        if aside:
-            for c, v in aside.items():
-                if c < 0:
-                    step = v
-                else:
-                    values[layout.keys[layout.cols.index(c)]] = v
+        if step is not None and self._aside:
+            step = self._aside.get(-1 - row, step)
         return make_sample(self._times[row], step, self._pids[row], values)
 
     @overload

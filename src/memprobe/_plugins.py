@@ -102,7 +102,7 @@ def plugin_label(impl: Any) -> str:
     name = str(impl.plugin_name)
     plugin = impl.plugin
     if name == str(id(plugin)):
-        return str(getattr(plugin, "__name__", None) or type(plugin).__qualname__)
+        return str(getattr(plugin, "__name__", None) or type(plugin).__name__)
     return name
 
 

@@ -36,7 +36,7 @@ from ._sample import Number
 from ._scheduled import ScheduledProbe
 from ._sinks import Sink
 from ._verdicts import Report, analyze_samples
-from .keys import PROBER_SECTIONS, prefix_path, split_key
+from .keys import PROBER_SECTIONS, prefix_path, sanitize_key, split_key
 from .metrics import PROBER_METRICS, Metric, default_metric, lookup
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,6 +46,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 FRACTION_WINDOW_SECONDS = 1.0
 
 _perf_counter = time.perf_counter
+_BUILTIN = ("memprobe.probes.process", "memprobe.probes.gc")
 _time = time.time
 _get_ident = threading.get_ident
 
@@ -183,6 +184,10 @@ class Prober:
         p = self._prefix_s = prefix_path(prefix)
         for sp in self._probes:  # the key of each probe's overhead metric, made once
             sp.overhead_key = f"{p}overhead/{sp.name}_seconds"
+            # Built-in probes give their values under final keys, skipping flatten.
+            fast = getattr(sp.probe, "_flat_sampler", None)
+            if fast is not None and sp.worker is None and type(sp.probe).__module__ in _BUILTIN:
+                sp.fast = fast(f"{p}{sanitize_key(sp.name)}/")
         self._key_sample_seconds = f"{p}overhead/sample_seconds"
         self._key_fraction = f"{p}overhead/fraction"
         self._hooks = SampleHooks(self._pm, f"{p}errors/")
@@ -345,44 +350,22 @@ class Prober:
             self.start()
         t0 = t1 = _perf_counter()
         calls = self._calls = self._calls + 1
-        timed = self.budget is not None  # else only a probe's interval needs the clock
-        share = self.budget / len(self._probes) if timed else None  # type: ignore[operator]
+        budget = self.budget  # without one, only a probe's interval needs the clock
+        share = None if budget is None else budget / len(self._probes)
         values: dict[str, Number] | None = None
-        ran: list[ScheduledProbe] = []
         for sp in self._probes:
             if sp.disabled:
                 continue
             if not force and (
                 calls - sp.last_call < sp.every
-                or ((timed or sp.interval_seconds) and not sp.due_by_time(t1, share))
+                or ((share is not None or sp.interval_seconds) and not sp.due_by_time(t1, share))
             ):
                 continue
             try:
-                if sp.started and sp.worker is None:
-                    res = sp.probe.sample()
-                else:
-                    res = sp.sample()
-                if type(res) is not dict and not isinstance(res, Mapping):
-                    raise MetricValueError(
-                        sp.name, f"sample() returned {type(res).__name__}, not a mapping"
-                    )
-                if len(res) > sp.max_keys:
-                    raise MetricValueError(
-                        sp.name, f"sample() returned {len(res)} keys, over max_keys="
-                        f"{sp.max_keys}; the sample is dropped",
-                    )
-                data = {sp.name: res}
-                run = sp.flattener  # the compiled flatten of this probe's usual shape
-                flat = None if run is None else run(data)
+                fast = sp.fast
+                flat = fast() if fast is not None and sp.started else None
                 if flat is None:
-                    flat = flatten(data, prefix=self.prefix, site_key_cap=self.site_key_cap,
-                                   max_keys=sp.max_keys)
-                    sp.flattener = compiled_flattener((sp.name,), self.prefix)
-                if len(flat) > sp.max_keys:
-                    raise MetricValueError(
-                        sp.name, f"sample() flattened to {len(flat)} keys, over max_keys="
-                        f"{sp.max_keys}; the sample is dropped",
-                    )
+                    flat = self._sample_probe(sp)
             except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end the job
                 if sp.abandoned:
                     sp.timeouts_count += 1
@@ -393,7 +376,7 @@ class Prober:
             t2 = _perf_counter()
             cost = t2 - t1
             t1 = t2
-            if flat is not None and sp.time_limit is not None and cost > sp.time_limit:
+            if sp.time_limit is not None and flat is not None and cost > sp.time_limit:
                 sp.timeouts_count += 1
                 flat = None
                 self._fail(sp, ProbeError(
@@ -401,28 +384,24 @@ class Prober:
                     f"{sp.time_limit:g} s; its values are dropped"), "sample")
             avg = sp.cost_seconds
             sp.cost_seconds = 0.8 * avg + 0.2 * cost if avg else cost
-            sp.last_cost_seconds = cost
             sp.last_call = calls
             sp.last_time = t2
             if flat is not None:
                 sp.consecutive_failures = 0
-                if values is None:  # flatten returns a new dict: the first one is the result
+                if values is None:  # a probe's flat dict is new: the first one is the result
                     values = flat
                 else:
                     values.update(flat)
-                ran.append(sp)
-        spent = t1 - t0
+                values[sp.overhead_key] = cost
         if self._t_first:
-            self._window_probe_seconds += spent
+            self._window_probe_seconds += t1 - t0
         if values is None:
             if not force:
                 return {}
             values = {}
-        if self._any_errors:
-            self._add_errors(values)
-        for sp in ran:
-            values[sp.overhead_key] = sp.last_cost_seconds
         hooks = self._hooks
+        if self._any_errors or hooks.errors:
+            self._add_errors(values)
         if hooks.derive:
             hooks.run_derive(values, self)
         t3 = _perf_counter()
@@ -449,6 +428,31 @@ class Prober:
         if alarm is not None and alarm.tick():
             self._check_leaks(alarm)
         return values
+
+    def _sample_probe(self, sp: ScheduledProbe) -> dict[str, Number]:
+        """One probe's values through the ordinary path: ``sample()``, checks, flatten."""
+        res = sp.probe.sample() if sp.started and sp.worker is None else sp.sample()
+        if type(res) is not dict and not isinstance(res, Mapping):
+            raise MetricValueError(
+                sp.name, f"sample() returned {type(res).__name__}, not a mapping"
+            )
+        if len(res) > sp.max_keys:
+            raise MetricValueError(
+                sp.name, f"sample() returned {len(res)} keys, over max_keys="
+                f"{sp.max_keys}; the sample is dropped",
+            )
+        run = sp.flattener  # the compiled flatten of this probe's usual shape
+        flat: dict[str, Number] | None = None if run is None else run({sp.name: res})
+        if flat is None:
+            flat = flatten({sp.name: res}, prefix=self.prefix,
+                           site_key_cap=self.site_key_cap, max_keys=sp.max_keys)
+            sp.flattener = compiled_flattener((sp.name,), self.prefix)
+            if len(flat) > sp.max_keys:
+                raise MetricValueError(
+                    sp.name, f"sample() flattened to {len(flat)} keys, over max_keys="
+                    f"{sp.max_keys}; the sample is dropped",
+                )
+        return flat
 
     def _add_errors(self, values: dict[str, Number]) -> None:
         p = self._prefix_s

@@ -30,10 +30,10 @@ class ScheduledProbe:
         "disabled",
         "errors_count",
         "every",
+        "fast",
         "flattener",
         "interval_seconds",
         "last_call",
-        "last_cost_seconds",
         "last_time",
         "max_keys",
         "name",
@@ -57,9 +57,10 @@ class ScheduledProbe:
         self.last_call = -(10**18)
         self.last_time = float("-inf")
         self.cost_seconds = 0.0
-        self.last_cost_seconds = 0.0
         self.overhead_key = ""  # <prefix>/overhead/<name>_seconds, set by the Prober
         self.flattener: Flattener | None = None
+        #: A built-in probe's own flat sampler (final keys, checked values), or None.
+        self.fast: Callable[[], dict[str, Any] | None] | None = None
         self.errors_count = 0
         self.timeouts_count = 0
         self.consecutive_failures = 0

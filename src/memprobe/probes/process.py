@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import ConfigError, show
@@ -142,6 +143,34 @@ class ProcessProbe:
                 out["pss_bytes"] = info.pss
                 out["swap_bytes"] = info.swap
         return out
+
+    def _flat_sampler(self, head: str) -> Callable[[], dict[str, int] | None] | None:
+        """What the Prober calls instead of ``sample()`` + flatten: the same values under
+        their final keys (``head`` is ``<prefix>/<name>/``), in the same (sorted) order.
+        It returns None, for the ordinary path, when the kept fds are not usable."""
+        if self.full:
+            return None
+        k_data, k_fds, k_threads, k_rss, k_shared, k_vms = (
+            head + m for m in ("data_bytes", "num_fds", "num_threads", "rss_bytes",
+                               "shared_bytes", "vms_bytes")
+        )
+        pread, fstat, page, fds = os.pread, os.fstat, _PAGE, self.fds
+
+        def sample() -> dict[str, int] | None:
+            if self._opened_in != current_pid() or self._task_fd < 0 or self._statm < 0:
+                return None
+            f = pread(self._statm, 256, 0).split()
+            if not fds:
+                return {k_data: int(f[5]) * page, k_threads: fstat(self._task_fd).st_nlink - 2,
+                        k_rss: int(f[1]) * page, k_shared: int(f[2]) * page,
+                        k_vms: int(f[0]) * page}
+            if self._fd_dirfd < 0:
+                return None
+            return {k_data: int(f[5]) * page, k_fds: fstat(self._fd_dirfd).st_size,
+                    k_threads: fstat(self._task_fd).st_nlink - 2, k_rss: int(f[1]) * page,
+                    k_shared: int(f[2]) * page, k_vms: int(f[0]) * page}
+
+        return sample
 
     def _sample_proc(self) -> dict[str, int]:
         f = os.pread(self._statm, 256, 0).split()
