@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 from ._errors import ConfigError, LeakWarning, show
 from ._options import check_int, hint
-from ._verdicts import LEAK_OPTIONS, Report, Verdict
+
+if TYPE_CHECKING:  # imported at the first check: the statistics are not needed before
+    from ._verdicts import Report, Verdict
 
 #: What to do on a leak: ``"warn"`` (a :class:`memprobe.LeakWarning`), or a callable
 #: given each newly leaking :class:`memprobe.Verdict`.
-OnLeak = Union[Callable[[Verdict], Any], Literal["warn"]]
+OnLeak = Union[Callable[["Verdict"], Any], Literal["warn"]]
 
 
 def check_leak_options(options: Any) -> dict[str, Any]:
@@ -21,6 +23,8 @@ def check_leak_options(options: Any) -> dict[str, Any]:
         return {}
     if not isinstance(options, Mapping):
         raise ConfigError("leak_options", f"must be a mapping, got {show(options)}")
+    from ._verdicts import LEAK_OPTIONS
+
     known = sorted(LEAK_OPTIONS)
     for k in options:
         if k not in LEAK_OPTIONS:

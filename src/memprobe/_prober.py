@@ -9,7 +9,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
@@ -30,14 +30,16 @@ from ._options import (
     parse_probes,
     parse_sinks,
 )
-from ._pid import current_pid
+from ._pid import _current as _pid_box  # current_pid() without the call
 from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
 from ._sample import Number
 from ._scheduled import ScheduledProbe
 from ._sinks import Sink
-from ._verdicts import Report, analyze_samples
 from .keys import PROBER_SECTIONS, prefix_path, sanitize_key, split_key
 from .metrics import PROBER_METRICS, Metric, default_metric, lookup
+
+if TYPE_CHECKING:  # imported when a report is made: the statistics are not needed to sample
+    from ._verdicts import Report
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -382,12 +384,14 @@ class Prober:
                 self._fail(sp, ProbeError(
                     sp.name, f"sample() took {cost:.3g} s, over its time limit of "
                     f"{sp.time_limit:g} s; its values are dropped"), "sample")
-            avg = sp.cost_seconds
-            sp.cost_seconds = 0.8 * avg + 0.2 * cost if avg else cost
+            if budget is not None:  # a moving average of the cost, for the budget
+                avg = sp.cost_seconds
+                sp.cost_seconds = 0.8 * avg + 0.2 * cost if avg else cost
             sp.last_call = calls
             sp.last_time = t2
             if flat is not None:
-                sp.consecutive_failures = 0
+                if sp.consecutive_failures:
+                    sp.consecutive_failures = 0
                 if values is None:  # a probe's flat dict is new: the first one is the result
                     values = flat
                 else:
@@ -413,7 +417,7 @@ class Prober:
         else:
             self._t_first = t3
         now = _time()
-        pid = current_pid()
+        pid = _pid_box[0]
         self.history.append(now, step, pid, values)
         if self._sinks or hooks.end:
             sample = make_sample(now, step, pid, values)
@@ -482,6 +486,8 @@ class Prober:
         Options go to :func:`memprobe.analyze_samples` (``thresholds``,
         ``warmup``, ``min_points``...).
         """
+        from ._verdicts import analyze_samples
+
         with self._lock:
             samples = list(self.history)
         options.setdefault("prefix", self.prefix)

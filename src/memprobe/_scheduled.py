@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import traceback
 import warnings
 from typing import Any, Callable, Union
 
@@ -137,6 +136,8 @@ class ScheduledProbe:
         if disable:
             self.disabled = True
         if not self.warned or disable:
+            import traceback  # here: only a failure needs it
+
             self.warned = True
             tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
             then = (

@@ -57,11 +57,17 @@ def check_jsonl_tags(option: str, tags: Any) -> dict[str, Any]:
 
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
-try:  # a dependency on CPython (pyproject); json is the fallback elsewhere
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - PyPy, or installed without dependencies
-    _orjson = None  # type: ignore[assignment]
-_ORJSON_OPTIONS = 0 if _orjson is None else _orjson.OPT_APPEND_NEWLINE
+_orjson: Any = None  # orjson, imported by the first JsonlSink (not by ``import memprobe``)
+_ORJSON_OPTIONS = 0
+
+
+def _load_orjson() -> None:
+    global _orjson, _ORJSON_OPTIONS
+    try:  # a dependency on CPython (pyproject); json is the fallback elsewhere
+        import orjson
+    except ImportError:  # pragma: no cover - PyPy, or installed without dependencies
+        return
+    _orjson, _ORJSON_OPTIONS = orjson, orjson.OPT_APPEND_NEWLINE
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -107,6 +113,8 @@ class JsonlSink:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, tags: Mapping[str, Any] | None = None):
+        if _orjson is None:
+            _load_orjson()
         self.path_template = os.fspath(path)
         self.tags = dict(tags or {})
         json.dumps(self.tags)  # fail now, in the caller, if a tag cannot be written

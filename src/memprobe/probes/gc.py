@@ -128,15 +128,27 @@ class GcProbe:
         k_garbage = head + "garbage_count"
         get_count, get_stats, garbage = gc.get_count, gc.get_stats, gc.garbage
 
+        (a0, a1, a2, a3), (b0, b1, b2, b3), (c0, c1, c2, c3) = gens[:3]
+
         def sample() -> dict[str, Any] | None:
             stats = get_stats()
             counts = get_count()
-            if len(stats) > len(gens) or len(counts) != len(stats):
-                return None
             spent = self._spent
-            out = {k_seconds: spent - self._spent_reported, k_total: spent,
-                   k_garbage: len(garbage)}
+            seconds = spent - self._spent_reported
             self._spent_reported = spent
+            if len(stats) == 3 and len(counts) == 3:  # CPython's three generations: one display
+                s0, s1, s2 = stats
+                n0, n1, n2 = counts
+                return {
+                    k_seconds: seconds, k_total: spent, k_garbage: len(garbage),
+                    a2: s0["collected"], a1: s0["collections"], a0: n0, a3: s0["uncollectable"],
+                    b2: s1["collected"], b1: s1["collections"], b0: n1, b3: s1["uncollectable"],
+                    c2: s2["collected"], c1: s2["collections"], c0: n2, c3: s2["uncollectable"],
+                }
+            if len(stats) > len(gens) or len(counts) != len(stats):
+                self._spent_reported -= seconds  # the ordinary path reports it
+                return None
+            out = {k_seconds: seconds, k_total: spent, k_garbage: len(garbage)}
             for (k_count, k_collections, k_collected, k_uncollectable), st, c in zip(
                 gens, stats, counts
             ):
