@@ -133,11 +133,13 @@ class History(Sequence[Sample]):
         return self._last
 
     def _widen(self, needed: int) -> None:
+        """Wider rows: a new array, the live rows copied (few: this happens early in a run)."""
         old_w = self._row_bytes
         new_w = max(needed, 2 * old_w)
         data = bytearray(self.maxlen * new_w)
         old = self._data
-        for r in range(self.maxlen):
+        for j in range(self._len):
+            r = self._row(j)
             data[r * new_w:r * new_w + old_w] = old[r * old_w:(r + 1) * old_w]
         self._data = data
         self._row_bytes = new_w
