@@ -21,11 +21,12 @@ from ._kinds import FILTERED, KINDS
 from ._prober import Prober
 from ._sample import Sample
 from ._sitestats import default_filters, site_stats
-from ._verdicts import Report, Verdict, analyze, analyze_samples
+from ._verdicts import DEFAULT_METRICS, Report, Verdict, analyze, analyze_samples
 from .keys import make_key
 from .probes.tracemalloc import acquire_tracing, release_tracing
 
 __all__ = [
+    "DEFAULT_METRICS",
     "LeakError",
     "Report",
     "Verdict",
