@@ -75,11 +75,22 @@ class _Judged(Protocol):
     def slope_per_step(self) -> float: ...
     @property
     def kind(self) -> str | None: ...
+    @property
+    def metric(self) -> str: ...
 
 
-def rank(v: _Judged) -> int:
-    """Sort key: the most telling kind first (fds before the rss they cost)."""
-    return _ORDER.get(v.kind or "", len(_ORDER))
+def rank(v: _Judged) -> tuple[int, int]:
+    """Sort key: the resident size first (its kind weighs every other growth), then
+    the most telling kind (fds before the memory they cost)."""
+    return (v.metric != "process/rss_bytes", _ORDER.get(v.kind or "", len(_ORDER)))
+
+
+def _python(sites: Sequence[str], types: Sequence[str]) -> tuple[str, tuple[str, ...], str]:
+    """Python allocations; retained objects when the fastest-growing type is a class of
+    a module (``my_mod.Cache``), not a builtin (``dict``, ``bytes``)."""
+    if types and "." in types[0]:
+        return "objects", (*types, *sites), KINDS["objects"]
+    return "python", (*sites, *types), KINDS["python"]
 
 
 def _grows(v: _Judged | None, than: float = 0.0) -> bool:
@@ -101,22 +112,22 @@ def classify(
     """
     own = _OWN_KIND.get(metric)
     if own == "python":
-        return own, (*sites, *types), KINDS[own]
+        return _python(sites, types)
     if own == "objects":
         return own, tuple(types), KINDS[own]
     if own == "native":
         return own, (), KINDS[own]
     if own is not None:
         return own, (), KINDS[own]
-    if metric == "malloc/free_bytes":
-        if _grows(by_metric.get("malloc/in_use_bytes")):
-            return "native", (), KINDS["native"]
-        return "fragmentation", (), KINDS["fragmentation"]
     v = by_metric[metric]
     rate = v.slope_per_step
+    if metric == "malloc/free_bytes":
+        if _grows(by_metric.get("malloc/in_use_bytes"), 0.5 * rate):
+            return "native", (), KINDS["native"]
+        return "fragmentation", (), KINDS["fragmentation"]
     py = by_metric.get(FILTERED) or by_metric.get(TRACED)
     if _grows(py, 0.1 * rate):
-        return "python", (*sites, *types), KINDS["python"]
+        return _python(sites, types)
     if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):
         return "mmap", (), KINDS["mmap"]
     in_use = by_metric.get("malloc/in_use_bytes")
@@ -129,10 +140,12 @@ def classify(
     if metric == "process/vms_bytes" and rss is not None and not _grows(rss):
         return "mmap", (), ("address space grows but resident memory does not: "
                             "mappings made and not touched")
+    if _grows(by_metric.get("process/num_fds")):
+        return "fds", (), KINDS["fds"]
+    if types or _grows(by_metric.get("objects/total_count")):
+        return "objects", tuple(types), KINDS["objects"]
     if py is not None:
         note = (f"{KINDS['native']}; rss grew but tracemalloc's traced bytes did not "
                 f"({py.slope_per_step:+.4g}/step)")
         return "native", (), note
-    if types:
-        return "objects", tuple(types), KINDS["objects"]
     return None, (), "add the tracemalloc, objects or malloc probe to tell which kind of memory"

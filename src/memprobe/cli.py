@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import ConfigError, MemprobeError
-from .leaks import DEFAULT_METRICS
+from ._verdicts import DEFAULT_METRICS
+from .keys import short_key, site_name
 
 PROG = "memprobe"
 
@@ -288,7 +289,7 @@ def load_runs(files: Sequence[str]) -> list[ProcessRun]:
 
 def _detection_point(xs: list[float], ys: list[float], ts: list[float], key: str) -> int | None:
     """Index of the first prefix (checked at up to 24 lengths) judged a leak."""
-    from .leaks import analyze
+    from ._verdicts import analyze
 
     n = len(xs)
     checks = sorted({max(2, round(n * k / 24)) for k in range(1, 25)})
@@ -300,7 +301,7 @@ def _detection_point(xs: list[float], ys: list[float], ts: list[float], key: str
 
 def summarize(run: ProcessRun) -> tuple[list[MetricSummary], Any]:
     """Per-metric summaries (with verdicts) and the leaks Report of one process."""
-    from .leaks import analyze_samples
+    from ._verdicts import analyze_samples
 
     report = analyze_samples(run.samples)
     prefix = _prefix(run)
@@ -320,6 +321,17 @@ def summarize(run: ProcessRun) -> tuple[list[MetricSummary], Any]:
                 ms.detected_at = (ts[j], ys[j])
         out.append(ms)
     return out, report
+
+
+def _short(key: str) -> str:
+    """The key without its first component (the prefix as :func:`_prefix` guesses it)."""
+    return short_key(key, key.partition("/")[0])
+
+
+def _name(key: str) -> str:
+    """The site or type of a ``<probe>/top/<name>/<stat>`` key, else the key without prefix."""
+    short = _short(key)
+    return site_name(short.partition("/")[2]) or short
 
 
 def _prefix(run: ProcessRun) -> str:
@@ -358,8 +370,6 @@ def _verdict_text(ms: MetricSummary) -> str:
 
 def _top_sites(run: ProcessRun, report: Any, n: int = 5) -> list[tuple[str, str]]:
     """(site, detail) for the suspects: leaking sites/types first, else the biggest sites."""
-    from .leaks import _name
-
     out: list[tuple[str, str]] = []
     for v in (*report.sites, *report.types):
         if v.leak and len(out) < n:
@@ -390,8 +400,6 @@ HEADER = ["metric", "start", "end", "peak", "growth", "verdict"]
 
 
 def _rows(summaries: list[MetricSummary]) -> list[list[str]]:
-    from .leaks import _short
-
     return [[_short(m.key), _fmt(m.key, m.start), _fmt(m.key, m.end), _fmt(m.key, m.peak),
              _fmt(m.key, m.growth, True), _verdict_text(m)] for m in summaries]
 
@@ -455,8 +463,6 @@ def _pyplot() -> Any:
 
 
 def _plot_png(plt: Any, results: list[tuple[ProcessRun, list[MetricSummary], Any]]) -> bytes:
-    from .leaks import _short
-
     t0 = min(r.samples[0].time_seconds for r, _, _ in results if r.samples)
     panels = [m for m in PLOT_METRICS
               if any(_short(ms.key) == m for _, sums, _ in results for ms in sums)]

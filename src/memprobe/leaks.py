@@ -2,7 +2,7 @@
 
 :func:`check_leaks` returns the :class:`~memprobe.Report`; :func:`assert_no_leak`
 raises :class:`~memprobe.LeakError` in a test. Both sit above the Prober; the
-verdicts themselves are :mod:`memprobe._verdicts`, the statistics :mod:`memprobe._trend`.
+verdicts themselves are :mod:`memprobe._verdicts`, the statistics :mod:`memprobe.trend`.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from ._kinds import FILTERED, KINDS
 from ._prober import Prober
 from ._sample import Sample
 from ._sitestats import default_filters, site_stats
-from ._verdicts import Report, Verdict, analyze, analyze_samples
+from ._verdicts import DEFAULT_METRICS, Report, Verdict, analyze, analyze_samples
 from .keys import make_key
 from .probes.tracemalloc import acquire_tracing, release_tracing
 
 __all__ = [
+    "DEFAULT_METRICS",
     "LeakError",
     "Report",
     "Verdict",

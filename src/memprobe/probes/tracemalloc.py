@@ -8,8 +8,7 @@ from typing import Any
 
 from .._errors import ConfigError, ProbeError, show
 from .._flatten import SiteMap
-from .._sitestats import Stats, default_filters, site_stats
-from ..metrics import Metric
+from .._sitestats import GROUP_BY, Stats, default_filters, site_stats
 from .._tracing import (
     acquire_tracing,
     forget_stopped_tracing,
@@ -17,6 +16,7 @@ from .._tracing import (
     release_tracing,
     started_by_memprobe,
 )
+from ..metrics import Metric
 from ..hookspecs import hookimpl
 
 class TracemallocProbe:
@@ -73,9 +73,9 @@ class TracemallocProbe:
             raise ConfigError(
                 "tracemalloc.nframe", f"must be an int from 1 to 100, got {show(nframe)}"
             )
-        if group_by not in ("lineno", "traceback"):
+        if group_by not in GROUP_BY:
             raise ConfigError(
-                "tracemalloc.group_by", f"must be 'lineno' or 'traceback', got {show(group_by)}"
+                "tracemalloc.group_by", f"must be one of {GROUP_BY}, got {show(group_by)}"
             )
         if isinstance(exclude, str) or not all(  # type: ignore[unreachable]
             isinstance(p, str) for p in exclude

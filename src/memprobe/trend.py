@@ -128,9 +128,10 @@ def _sen_interval(
     var = s_var / 18.0 * factor
     z = NormalDist().inv_cdf(0.5 + confidence / 2.0)
     c = z * math.sqrt(max(var, 0.0))
-    lo_i = math.floor((m - c) / 2.0)
-    hi_i = math.ceil((m + c) / 2.0)
-    return slopes[min(max(lo_i, 0), m - 1)], slopes[min(max(hi_i, 0), m - 1)]
+    # Sen's ranks (N - C) / 2 and (N + C) / 2 + 1 (from 1), taken symmetric about
+    # the median so that negating the series mirrors the interval exactly.
+    lo_i = min(max(math.floor((m - 1 - c) / 2.0), 0), m - 1)
+    return slopes[lo_i], slopes[m - 1 - lo_i]
 
 
 def theil_sen(
