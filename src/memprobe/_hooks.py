@@ -12,6 +12,7 @@ from ._errors import MetricValueError, ProbeFailedWarning
 from ._flatten import check_number
 from ._plugins import plugin_label
 from ._sample import Number, Sample
+from .keys import make_key
 
 
 class SampleHooks:
@@ -24,9 +25,9 @@ class SampleHooks:
     :ivar errors: failures by plugin (or sink) name since the Prober was made.
     """
 
-    def __init__(self, pm: pluggy.PluginManager, errors_prefix: str) -> None:
+    def __init__(self, pm: pluggy.PluginManager, prefix: str) -> None:
         self._pm = pm
-        self._errors_prefix = errors_prefix
+        self._prefix = prefix
         self.errors: dict[str, int] = {}
         self.derive: list[Any] = []
         self.end: list[Any] = []
@@ -43,7 +44,7 @@ class SampleHooks:
         if first:
             warnings.warn(
                 f"memprobe plugin {name!r} failed in {hook}: {type(exc).__name__}: {exc}; "
-                f"counted in {self._errors_prefix}{name}",
+                f"counted in {make_key(self._prefix, 'errors', name)}",
                 ProbeFailedWarning,
                 stacklevel=6,
             )

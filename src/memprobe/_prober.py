@@ -35,7 +35,7 @@ from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_pro
 from ._sample import Number
 from ._scheduled import ScheduledProbe
 from ._sinks import Sink
-from .keys import PROBER_SECTIONS, prefix_path, sanitize_key, split_key
+from .keys import PROBER_SECTIONS, make_key, prefix_path, sanitize_key, split_key
 from .metrics import PROBER_METRICS, Metric, default_metric, lookup
 
 if TYPE_CHECKING:  # imported when a report is made: the statistics are not needed to sample
@@ -185,14 +185,14 @@ class Prober:
         self._window_probe_seconds = 0.0
         p = self._prefix_s = prefix_path(prefix)
         for sp in self._probes:  # the key of each probe's overhead metric, made once
-            sp.overhead_key = f"{p}overhead/{sp.name}_seconds"
+            sp.overhead_key = make_key(prefix, "overhead", f"{sp.name}_seconds")
             # Built-in probes give their values under final keys, skipping flatten.
             fast = getattr(sp.probe, "_flat_sampler", None)
             if fast is not None and sp.worker is None and type(sp.probe).__module__ in _BUILTIN:
                 sp.fast = fast(f"{p}{sanitize_key(sp.name)}/")
-        self._key_sample_seconds = f"{p}overhead/sample_seconds"
-        self._key_fraction = f"{p}overhead/fraction"
-        self._hooks = SampleHooks(self._pm, f"{p}errors/")
+        self._key_sample_seconds = make_key(prefix, "overhead", "sample_seconds")
+        self._key_fraction = make_key(prefix, "overhead", "fraction")
+        self._hooks = SampleHooks(self._pm, prefix)
         self._any_errors = False  # a probe or a hook has failed: sample() adds errors/...
         _LIVE_PROBERS.add(self)
 
@@ -312,7 +312,7 @@ class Prober:
     def _fail(self, sp: ScheduledProbe, exc: BaseException, where: str,
               fatal: bool = False) -> None:
         self._any_errors = True
-        sp.fail(exc, where, self.max_failures, f"{self._prefix_s}errors/{sp.name}", fatal)
+        sp.fail(exc, where, self.max_failures, make_key(self.prefix, "errors", sp.name), fatal)
 
     def _hook_failed(self, name: str, hook: str, exc: BaseException) -> None:
         self._any_errors = True
@@ -459,16 +459,16 @@ class Prober:
         return flat
 
     def _add_errors(self, values: dict[str, Number]) -> None:
-        p = self._prefix_s
+        prefix = self.prefix
         for sp in self._probes:
             if sp.errors_count:
-                values[f"{p}errors/{sp.name}"] = sp.errors_count
+                values[make_key(prefix, "errors", sp.name)] = sp.errors_count
                 if sp.timeouts_count:
-                    values[f"{p}timeouts/{sp.name}"] = sp.timeouts_count
+                    values[make_key(prefix, "timeouts", sp.name)] = sp.timeouts_count
         for name, n in self._hooks.errors.items():
-            values[f"{p}errors/{name}"] = n
+            values[make_key(prefix, "errors", name)] = n
         if self._reentrant:
-            values[f"{p}errors/reentrant"] = self._reentrant
+            values[make_key(prefix, "errors", "reentrant")] = self._reentrant
 
     def _check_leaks(self, alarm: LeakAlarm) -> None:
         """The leak alarm's check: never raises into the caller's loop."""
