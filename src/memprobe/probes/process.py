@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import ConfigError, show
+from .. import _pid
 from .._pid import current_pid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
@@ -154,20 +155,21 @@ class ProcessProbe:
             head + m for m in ("data_bytes", "num_fds", "num_threads", "rss_bytes",
                                "shared_bytes", "vms_bytes")
         )
-        pread, fstat, page, fds = os.pread, os.fstat, _PAGE, self.fds
+        pread, fstat, page, fds, pid_box = os.pread, os.fstat, _PAGE, self.fds, _pid._current
 
         def sample() -> dict[str, int] | None:
-            if self._opened_in != current_pid() or self._task_fd < 0 or self._statm < 0:
+            statm, task, fd_dir = self._statm, self._task_fd, self._fd_dirfd
+            if self._opened_in != pid_box[0] or task < 0 or statm < 0:
                 return None
-            f = pread(self._statm, 256, 0).split()
+            f = pread(statm, 256, 0).split()
             if not fds:
-                return {k_data: int(f[5]) * page, k_threads: fstat(self._task_fd).st_nlink - 2,
+                return {k_data: int(f[5]) * page, k_threads: fstat(task).st_nlink - 2,
                         k_rss: int(f[1]) * page, k_shared: int(f[2]) * page,
                         k_vms: int(f[0]) * page}
-            if self._fd_dirfd < 0:
+            if fd_dir < 0:
                 return None
-            return {k_data: int(f[5]) * page, k_fds: fstat(self._fd_dirfd).st_size,
-                    k_threads: fstat(self._task_fd).st_nlink - 2, k_rss: int(f[1]) * page,
+            return {k_data: int(f[5]) * page, k_fds: fstat(fd_dir).st_size,
+                    k_threads: fstat(task).st_nlink - 2, k_rss: int(f[1]) * page,
                     k_shared: int(f[2]) * page, k_vms: int(f[0]) * page}
 
         return sample
