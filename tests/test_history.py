@@ -109,3 +109,17 @@ def test_history_holds_exactly_what_sample_returned_whatever_ran() -> None:
     assert stored == returned
     for (_, a), (_, b) in zip(stored, returned):
         assert [type(x) for x in a.values()] == [type(x) for x in b.values()]
+
+
+def test_layouts_no_row_uses_are_dropped() -> None:
+    """Keys that change every sample (open-ended site keys) keep at most maxlen layouts."""
+    h = History(3)
+    for i in range(50):
+        h.append(float(i), i, 1, {"a": 1, f"site{i}": 2.5})
+    assert [s.values for s in h] == [{"a": 1, f"site{i}": 2.5} for i in (47, 48, 49)]
+    assert sum(x is not None for x in h._layouts) == 3 and len(h._layout_ids) == 3
+    assert len(h._layouts) <= 4  # ids are reused
+    h.append(50.0, None, 1, {"big": 2**64 - 1})  # kept aside: no layout kept for it
+    assert h[-1].values == {"big": 2**64 - 1} and len(h._layout_ids) == 2
+    h.clear()
+    assert list(h) == [] and not h._layout_ids

@@ -176,8 +176,10 @@ def test_no_leak_is_ok() -> None:
 
 
 def test_memprobe_own_history_is_not_a_python_leak() -> None:
-    # 2000 samples kept in history: traced_bytes grows with memprobe's own ring buffer,
-    # filtered_bytes (memprobe's files left out) does not, and only it is judged.
+    # 2000 samples kept in history: its storage is allocated up front, so traced_bytes
+    # grows by far less than a ring of sample objects would (hundreds of bytes per
+    # sample); filtered_bytes (memprobe's files left out) does not grow, and only it is
+    # judged.
     probes = {"gc": {}, "tracemalloc": {"top": 3, "every": 10}}
     with memprobe.Prober(probes, history=100_000, load_entrypoints=False) as prober:
         for step in range(2000):
@@ -185,7 +187,7 @@ def test_memprobe_own_history_is_not_a_python_leak() -> None:
         report = prober.report()
     traced = memprobe.analyze_samples(prober.history, metrics=["tracemalloc/traced_bytes"])
     own = traced.get("tracemalloc/traced_bytes")
-    assert own is not None and own.leak and own.slope_per_step > 1000, own  # bytes per 10 samples
+    assert own is not None and own.slope_per_step < 500, own  # bytes per 10 samples
     filtered = report.get("tracemalloc/filtered_bytes")
     assert filtered is not None and filtered.status == "ok" and filtered.n_points >= 150, filtered
     assert report.get("tracemalloc/traced_bytes") is None  # not judged when filtered exists

@@ -33,9 +33,10 @@ _ASIDE = -1  # the layout id of a row kept aside as a dict
 class _Layout:
     """The keys of one kind of row, their types, and the struct that packs their values."""
 
-    __slots__ = ("keys", "packer", "types")
+    __slots__ = ("cache_key", "keys", "packer", "types")
 
-    def __init__(self, keys: tuple[str, ...], types: tuple[type, ...]) -> None:
+    def __init__(self, keys: tuple[str, ...], types: tuple[type, ...], cache_key: Any) -> None:
+        self.cache_key = cache_key
         self.keys = keys
         self.types = types
         self.packer = struct.Struct("=" + "".join("q" if t is int else "d" for t in types))
@@ -67,10 +68,14 @@ class History(Sequence[Sample]):
         self._has_step = bytearray(maxlen)
         self._pids = array("q", [0]) * maxlen
         self._rows = array("i", [0]) * maxlen  # the layout of each row
-        self._layouts: list[_Layout] = []
+        # Layouts in use, with how many rows use each: one no row uses is dropped, so
+        # keys that change every sample (open-ended site keys) keep at most maxlen.
+        self._layouts: list[_Layout | None] = []
+        self._refs: list[int] = []
+        self._free: list[int] = []
         self._layout_ids: dict[tuple[tuple[str, ...], tuple[type, ...]], int] = {}
         self._last: _Layout | None = None
-        self._last_id = 0
+        self._last_id = -1
         self._shape = -1
         self._row_bytes = _MIN_ROW_BYTES
         self._data = bytearray(maxlen * self._row_bytes)
@@ -96,6 +101,7 @@ class History(Sequence[Sample]):
                 layout = self._layout(keys, types)
             self._shape = shape
         n = self._len
+        overwritten = _ASIDE
         if n < self.maxlen:
             row = self._start + n
             if row >= self.maxlen:
@@ -104,6 +110,7 @@ class History(Sequence[Sample]):
         else:
             row = self._start
             self._start = row + 1 if row + 1 < self.maxlen else 0
+            overwritten = self._rows[row]
         if self._aside:
             self._aside.pop(row, None)
             self._aside.pop(-1 - row, None)
@@ -117,12 +124,30 @@ class History(Sequence[Sample]):
             except OverflowError:
                 self._aside[-1 - row] = step
         self._pids[row] = pid
+        new = self._last_id
         try:
             layout.packer.pack_into(self._data, row * self._row_bytes, *vals)
-            self._rows[row] = self._last_id
+            self._rows[row] = new
+            self._refs[new] += 1
         except struct.error:  # an int beyond int64: kept as it is
             self._aside[row] = dict(values)
             self._rows[row] = _ASIDE
+            if not self._refs[new]:
+                self._drop(new)
+        if overwritten != _ASIDE:
+            self._refs[overwritten] -= 1
+            if not self._refs[overwritten]:
+                self._drop(overwritten)
+
+    def _drop(self, i: int) -> None:
+        """Forget layout ``i``, which no row uses any more."""
+        layout = self._layouts[i]
+        assert layout is not None
+        del self._layout_ids[layout.cache_key]
+        self._layouts[i] = None
+        self._free.append(i)
+        if self._last_id == i:
+            self._last, self._last_id, self._shape = None, -1, -1
 
     def _layout(self, keys: tuple[str, ...], types: tuple[type, ...]) -> _Layout:
         key = (keys, types)
@@ -131,14 +156,20 @@ class History(Sequence[Sample]):
             if not all(t is int or t is float for t in types):  # int/float subclasses
                 types = tuple(int if isinstance(t, type) and issubclass(t, int) else float
                               for t in types)
-            layout = _Layout(keys, types)
+            layout = _Layout(keys, types, key)
             if layout.packer.size > self._row_bytes:
                 self._widen(layout.packer.size)
-            i = self._layout_ids[key] = len(self._layouts)
-            self._layouts.append(layout)
+            if self._free:
+                i = self._free.pop()
+                self._layouts[i] = layout
+            else:
+                i = len(self._layouts)
+                self._layouts.append(layout)
+                self._refs.append(0)
+            self._layout_ids[key] = i
         self._last = self._layouts[i]
         self._last_id = i
-        return self._last
+        return self._last  # type: ignore[return-value]
 
     def _widen(self, needed: int) -> None:
         """Wider rows: a new array, the live rows copied (few: this happens early in a run)."""
@@ -155,8 +186,10 @@ class History(Sequence[Sample]):
     def clear(self) -> None:
         """Forget every sample (the storage is kept)."""
         self._start = self._len = 0
-        self._shape = -1
         self._aside.clear()
+        self._layouts, self._refs, self._free = [], [], []
+        self._layout_ids = {}
+        self._last, self._last_id, self._shape = None, -1, -1
 
     # -- reading -----------------------------------------------------------
     def __len__(self) -> int:
@@ -172,6 +205,7 @@ class History(Sequence[Sample]):
             values = dict(self._aside[row])
         else:
             layout = self._layouts[i]
+            assert layout is not None  # a row in use keeps its layout
             values = dict(zip(layout.keys, layout.packer.unpack_from(
                 self._data, row * self._row_bytes)))
         step: int | None = self._steps[row] if self._has_step[row] else None
