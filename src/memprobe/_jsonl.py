@@ -133,8 +133,22 @@ def _open(p: str) -> IO[bytes]:
         raw.close()
         raise JsonlReadError(p, f"cannot be read: {exc.strerror or exc}") from None
     if head == _GZIP_MAGIC:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return _Gzip(raw)  # type: ignore[return-value]
     return raw
+
+
+class _Gzip(gzip.GzipFile):
+    """A gzip stream that closes the file under it too."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 def _lines(f: IO[bytes]) -> Iterator[bytes | None]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import keys
+from ._errors import MemprobeWarning
 from ._jsonl import JsonlReadError, iter_records
 from ._sample import Sample
 from .leaks import DEFAULT_METRICS, analyze, analyze_samples
@@ -128,7 +129,7 @@ def load_runs(
                     run.files.append(path)
                 run.samples.append(rec.sample)
         for w in caught:
-            if on_warning is not None:
+            if on_warning is not None and issubclass(w.category, MemprobeWarning):
                 on_warning(str(w.message))
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
