@@ -212,23 +212,29 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     code = 0
     interrupted = False
+    # The program's globals (or the exception holding its frames) stay alive until the
+    # exit sample: what the program holds at its end is what the "end" column shows.
+    keep: Any = None
     sampler.start()
     try:
         if module is None:
             assert script is not None
             sys.argv = prog_args
             sys.path[0] = os.path.dirname(os.path.abspath(script))
-            runpy.run_path(script, run_name="__main__")
+            keep = runpy.run_path(script, run_name="__main__")
         else:
             sys.argv = [module, *prog_args]
             sys.path[0] = os.getcwd()
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            keep = runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
+        keep = exc
         code = _exit_code(exc, err)
     except KeyboardInterrupt as exc:
+        keep = exc
         _program_traceback(exc)
         interrupted = True
     except BaseException as exc:
+        keep = exc
         _program_traceback(exc)
         code = 1
     finally:
@@ -239,6 +245,7 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
             except (OSError, ValueError, AttributeError):
                 pass
             sampler.stop()
+            keep = None
             try:
                 commit(tmp, out)
             except OSError as exc:

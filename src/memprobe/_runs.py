@@ -291,7 +291,7 @@ def summarize(run: ProcessRun) -> RunSummary:
     title, suspects = _suspects(run, report)
     hints = []
     if any(m.verdict is not None and m.verdict.status == "insufficient" for m in out):
-        hints.append(f"need {MIN_SAMPLES} samples for a verdict, got {len(run.samples)} — "
+        hints.append(f"need {MIN_SAMPLES} samples, got {len(run.samples)} — "
                      "run longer or lower --interval")
     probes = {keys.split_key(k, run.prefix).probe for s in run.samples[-1:] for k in s.values
               if k.startswith(head) and "/" in k[len(head):]}
