@@ -17,10 +17,14 @@ from ._errors import MetricValueError
 from ._errors import PluginWarning
 from ._errors import ProbeError
 from ._errors import ProbeFailedWarning
+from ._errors import JsonlReadError
 from ._flatten import SiteMap
 from ._flatten import flatten
 from ._flatten import sanitize_key
 from ._flatten import shorten_path
+from ._jsonl import JsonlRecord
+from ._jsonl import iter_records
+from ._jsonl import read_samples
 from ._plugins import ProbeInfo
 from ._plugins import get_plugin_manager
 from ._prober import DEFAULT_PROBES
@@ -43,6 +47,8 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_PROBES",
     "ConfigError",
+    "JsonlReadError",
+    "JsonlRecord",
     "JsonlSink",
     "KeyCollisionError",
     "LeakError",
@@ -68,6 +74,8 @@ __all__ = [
     "get_plugin_manager",
     "hookimpl",
     "hookspec",
+    "iter_records",
+    "read_samples",
     "sanitize_key",
     "shorten_path",
     "watch",

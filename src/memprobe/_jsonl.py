@@ -49,14 +49,14 @@ __all__ = [
     "MAX_LINE_BYTES",
     "RECORD_FIELDS",
     "JsonlReadError",
-    "Record",
+    "JsonlRecord",
     "iter_records",
     "read_samples",
 ]
 
 
 @dataclass
-class Record:
+class JsonlRecord:
     """One line: the sample, its tags (e.g. ``env_runner``), the file and line it came from."""
 
     sample: Sample
@@ -170,7 +170,7 @@ def _lines(f: IO[bytes]) -> Iterator[bytes | None]:
             yield None
 
 
-def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
+def iter_records(path: str | os.PathLike[str]) -> Iterator[JsonlRecord]:
     """The records of one file, in order; bad lines are skipped with a warning.
 
     :raises JsonlReadError: the file does not exist, cannot be opened, is not
@@ -222,9 +222,12 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
                     for text in held:
                         warnings.warn(text, MemprobeWarning, stacklevel=2)
                     held.clear()
-                yield Record(sample, tags, p, lineno)
+                yield JsonlRecord(sample, tags, p, lineno)
         except (OSError, EOFError) as exc:  # a cut or corrupt gzip stream, an I/O error
             what = getattr(exc, "strerror", None) or exc
+            if lineno == 0 and isinstance(f, _Gzip):
+                raise JsonlReadError(p, "not a memprobe JSONL file (it starts like gzip, "
+                                     f"but: {what})") from None
             warnings.warn(f"{p}:{lineno + 1}: reading stopped ({what}); the lines before "
                           "are kept", MemprobeWarning, stacklevel=2)
     for text in held:  # a short file with no good line: its few bad lines
