@@ -1,4 +1,4 @@
-"""Real leaks of three kinds, each caught by the probe that can see it."""
+"""Real leaks of each kind, each caught by the probe that can see it and told apart."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def test_native_malloc_leak_shows_in_rss_not_tracemalloc() -> None:
     assert rss.slope_per_step == pytest.approx(256 * 1024, rel=0.2)
     # Python-side bookkeeping (the list of pointers) is all tracemalloc sees.
     assert traced is not None and traced.slope_per_step < 1000, report
-    assert "native memory" in rss.note
-    assert "process/rss_bytes" in report.grew
+    assert "native memory" in rss.note and rss.kind == "native"
+    assert "process/rss_bytes" in report.leaking_metrics and report.kind == "native"
 
 
 def test_fd_leak_shows_in_num_fds(tmp_path) -> None:
@@ -63,8 +63,9 @@ def test_fd_leak_shows_in_num_fds(tmp_path) -> None:
         for fd in opened:
             os.close(fd)
     fds = report.get("process/num_fds")
-    assert fds is not None and fds.leak and fds.slope_per_step == 1.0
-    assert report.grew == ["process/num_fds"], report
+    assert fds is not None and fds.leaking and fds.slope_per_step == 1.0
+    assert report.leaking_metrics == ["process/num_fds"], report
+    assert report.kind == "fds" and fds.step == "call"
     assert "file descriptors" in fds.note
 
 
@@ -83,8 +84,10 @@ report = memprobe.check_leaks(
     leak, repeats=25, warmup=2, probes={"objects": {"top": 30}, "process": {}}
 )
 objs = report.get("objects/total_count")
-print(json.dumps({"leak": bool(objs and objs.leak), "slope": objs.slope_per_step if objs else 0,
-                  "culprits": list(objs.culprits) if objs else [], "grew": list(report.grew)}))
+print(json.dumps({"leak": bool(objs and objs.leaking),
+                  "slope": objs.slope_per_step if objs else 0, "kind": report.kind,
+                  "culprits": list(objs.culprits) if objs else [],
+                  "grew": list(report.leaking_metrics)}))
 """
 
 
@@ -103,7 +106,7 @@ def test_retained_objects_show_in_objects_probe_with_the_type() -> None:
     assert result["slope"] >= 200
     names = result["culprits"]
     assert any(n.endswith("Retained") for n in names[:3]), names
-    assert "objects/total_count" in result["grew"]
+    assert "objects/total_count" in result["grew"] and result["kind"] == "objects"
 
 
 _OWN_COLUMNS = """
@@ -126,15 +129,14 @@ def spy(samples, **options):
 leaks.analyze_samples = spy
 report = memprobe.check_leaks(fresh_type_each_call, repeats=40, warmup=5,
                               probes={"objects": {"top": 30}})
-print(json.dumps({"series": series, "grew": list(report.grew)}))
+print(json.dumps({"series": series, "grew": list(report.leaking_metrics)}))
 """
 
 
 def test_check_leaks_own_columns_are_not_counted_as_objects() -> None:
-    """Each call makes a new growth/<type> key, so check_leaks adds a column per call.
-    Columns used to be array.array objects, which the gc tracks: the objects probe
-    counted them, a false leak of one object per call (seen in RLlib's env_runner
-    check). Fresh interpreter: the suite's heap would add noise of its own."""
+    """Each call makes a new growth/<type> key, so check_leaks adds a column per call;
+    a column the gc tracked would be counted by the objects probe, a false leak of one
+    object per call. Fresh interpreter: the suite's heap would add noise of its own."""
     import json
     import subprocess
     import sys
@@ -157,7 +159,7 @@ def test_python_leak_names_the_line() -> None:
 
     report = memprobe.check_leaks(leak, repeats=30, warmup=2)
     traced = report.get("tracemalloc/filtered_bytes")
-    assert traced is not None and traced.leak
+    assert traced is not None and traced.leaking and traced.kind == "python"
     assert traced.culprit is not None and traced.culprit.endswith(f"test_leaks_real.py:{line}"), (
         traced.culprits
     )
@@ -187,4 +189,133 @@ def test_memprobe_own_history_is_not_a_python_leak() -> None:
     filtered = report.get("tracemalloc/filtered_bytes")
     assert filtered is not None and filtered.status == "ok" and filtered.n_points >= 150, filtered
     assert report.get("tracemalloc/traced_bytes") is None  # not judged when filtered exists
-    assert not report.leak, report
+    assert not report.has_leak, report
+
+
+def test_library_allocation_is_named_at_the_users_line() -> None:
+    import json
+
+    payload = {"k": list(range(3000))}
+    kept: list[str] = []
+
+    def leak() -> None:
+        kept.append(json.dumps(payload))  # the user's line; json allocates the string
+
+    line = leak.__code__.co_firstlineno + 1
+    report = memprobe.check_leaks(leak, repeats=30, warmup=2)
+    traced = report.get("tracemalloc/filtered_bytes")
+    assert traced is not None and traced.leaking, report
+    assert traced.culprit is not None, report
+    user, arrow, library = traced.culprit.partition(" → ")
+    assert user.endswith(f"test_leaks_real.py:{line}") and arrow, traced.culprits
+    assert library.startswith("json/"), traced.culprits
+
+
+def test_tens_of_bytes_per_call_is_growing_slightly() -> None:
+    kept: list[bytes] = []
+
+    def slow() -> None:
+        kept.append(bytes(24))  # about 65 bytes a call: 3 KiB over the check
+
+    report = memprobe.check_leaks(slow, repeats=50, warmup=5)
+    traced = report.get("tracemalloc/filtered_bytes")
+    assert traced is not None and traced.status == "slight", report
+    assert 40 < traced.slope_per_step < 120 and not report.has_leak, report
+    assert "growing slightly" in traced.describe() and "B/call" in traced.describe()
+
+
+def test_file_mapping_left_open_is_memory_mapped_files(tmp_path) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    chunk, calls = 512 * 1024, 30
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"\1" * chunk * calls)
+    held: list[int] = []
+
+    def leak() -> None:
+        # A new region of the file each call, mapped, read, never unmapped; the
+        # descriptor is closed (an mmap keeps no fd), so only the mapping grows.
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            p = libc.mmap(None, chunk, mmap.PROT_READ, mmap.MAP_SHARED, fd, len(held) * chunk)
+        finally:
+            os.close(fd)
+        assert p not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        ctypes.string_at(p, chunk)  # read every page: resident, file-backed
+        held.append(p)
+
+    try:
+        report = memprobe.check_leaks(leak, repeats=calls, warmup=2, tracemalloc_top=None)
+    finally:
+        for p in held:
+            libc.munmap(p, chunk)
+    assert report.kind == "mmap", report
+    assert report.get("process/shared_bytes").leaking, report
+
+
+_MALLINFO = r"""
+import ctypes, ctypes.util, json, os, time, memprobe
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd",
+                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+PAGE = os.sysconf("SC_PAGE_SIZE")
+KIB = 1024
+kept = []
+
+def native(i):
+    p = libc.malloc(64 * KIB)  # never freed
+    libc.memset(p, 1, 64 * KIB)
+    kept.append(p)
+
+def fragment(i):
+    # A batch that grows by 256 KiB each step, freed but for its last block, which
+    # pins the top of the heap: freed memory stays held, in use stays flat.
+    batch = [libc.malloc(KIB) for _ in range(256 * (i + 1))]
+    for p in batch:
+        libc.memset(p, 1, KIB)
+    for p in batch[:-1]:
+        libc.free(p)
+    kept.append(batch[-1])
+
+samples = []
+for i in range(60):
+    {fn}(i)
+    m = libc.mallinfo2()
+    with open("/proc/self/statm") as f:
+        rss = int(f.read().split()[1]) * PAGE
+    samples.append(memprobe.Sample(time.time(), i, os.getpid(), {{
+        "memprobe/overhead/sample_seconds": 1e-5,
+        "memprobe/process/rss_bytes": rss,
+        "memprobe/tracemalloc/filtered_bytes": 1_000_000,
+        "memprobe/malloc/arena_bytes": m.arena,
+        "memprobe/malloc/in_use_bytes": m.uordblks + m.hblkhd,
+        "memprobe/malloc/free_bytes": m.fordblks,
+        "memprobe/malloc/mmap_bytes": m.hblkhd,
+    }}))
+report = memprobe.analyze_samples(samples, warmup=5)
+print(json.dumps({{"kind": report.kind, "report": str(report)}}))
+"""
+
+
+@pytest.mark.parametrize(("fn", "kind"), [("native", "native"), ("fragment", "fragmentation")])
+def test_native_and_fragmentation_told_apart_on_recorded_malloc_series(fn: str, kind: str) -> None:
+    """Series recorded from glibc's ``mallinfo2()`` and ``/proc/self/statm`` while a fresh
+    interpreter leaks through ``malloc`` or fragments its heap (the ``malloc`` probe's keys)."""
+    import json
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", _MALLINFO.format(fn=fn)], capture_output=True,
+                         text=True, check=True, timeout=120)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["kind"] == kind, result["report"]

@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Sequence
 from typing import Any, TextIO
 
@@ -199,7 +200,11 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
     # Every argument is checked before any file is opened: the probes (by
     # building the Prober, whose sink opens at the first sample), then the output.
     own = OwnSink()
-    prober = Prober(probes=names, sink=own, history=16)
+    with warnings.catch_warnings(record=True) as caught:  # plugin faults, as memprobe's lines
+        warnings.simplefilter("always")
+        prober = Prober(probes=names, sink=own, history=16)
+    for w in caught:
+        say(sys.stderr, f"{PROG}: warning: {safe(w.message, 1000)}")
     if os.path.exists(out):
         target = _target_path(script, module)
         check_outputs([("-o", out)], [("program being run", target)] if target else [])

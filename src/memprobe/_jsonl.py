@@ -28,6 +28,7 @@ import math
 import os
 import stat
 import warnings
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -223,7 +224,7 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[JsonlRecord]:
                         warnings.warn(text, MemprobeWarning, stacklevel=2)
                     held.clear()
                 yield JsonlRecord(sample, tags, p, lineno)
-        except (OSError, EOFError) as exc:  # a cut or corrupt gzip stream, an I/O error
+        except (OSError, EOFError, zlib.error) as exc:  # a cut or corrupt gzip, an I/O error
             what = getattr(exc, "strerror", None) or exc
             if lineno == 0 and isinstance(f, _Gzip):
                 raise JsonlReadError(p, "not a memprobe JSONL file (it starts like gzip, "

@@ -20,7 +20,7 @@ from . import keys
 from ._errors import MemprobeWarning
 from ._jsonl import JsonlReadError, iter_records
 from ._sample import Sample
-from .leaks import DEFAULT_METRICS, analyze, analyze_samples
+from ._verdicts import DEFAULT_METRICS, STATUS_WORDS, analyze, analyze_samples
 from .metrics import PROBER_METRICS, Metric, as_metric, lookup
 
 #: Samples a verdict needs (the ``min_points`` of :func:`memprobe.analyze`).
@@ -176,34 +176,6 @@ def describe(key: str, prefix: str) -> Metric:
 
 
 # -- summarizing -----------------------------------------------------------------------------
-def _analyze(samples: list[Sample], prefix: str) -> Any:
-    """Verdicts on a run, whatever its prefix."""
-    if "prefix" in inspect.signature(analyze_samples).parameters:
-        return analyze_samples(samples, prefix=prefix)  # type: ignore[call-arg]
-    head = keys.prefix_path(prefix)
-    if head == "memprobe/":
-        return analyze_samples(samples)
-    # analyze_samples without prefix= reads keys under "memprobe/": judge the
-    # samples re-keyed, and give the verdicts their own keys back.
-    from dataclasses import replace
-
-    def rekey(k: str) -> str:
-        return "memprobe/" + keys.short_key(k, prefix)
-
-    def back(k: str) -> str:
-        return head + k[len("memprobe/"):]
-
-    moved = [Sample(s.time_seconds, s.step, s.pid, {rekey(k): v for k, v in s.values.items()})
-             for s in samples]
-    r = analyze_samples(moved)
-    return replace(
-        r,
-        verdicts={back(k): replace(v, key=back(v.key)) for k, v in r.verdicts.items()},
-        sites=tuple(replace(v, key=back(v.key)) for v in r.sites),
-        types=tuple(replace(v, key=back(v.key)) for v in r.types),
-    )
-
-
 def _detection_point(xs: list[float], ys: list[float], ts: list[float], key: str) -> int | None:
     """Index of the first prefix of the series (checked at up to 24 lengths) judged a leak."""
     n = len(xs)
@@ -264,12 +236,12 @@ def verdict_text(m: MetricSummary) -> str:
         return f"LEAK {fmt(v.slope_per_step, m.unit, True)}/step"
     if v.status == "insufficient":
         return "too few samples"
-    return str(v.status)
+    return STATUS_WORDS.get(v.status, str(v.status))
 
 
 def summarize(run: ProcessRun) -> RunSummary:
     """The summary of one run: metrics with verdicts, notes, suspects, hints."""
-    report = _analyze(run.samples, run.prefix)
+    report = analyze_samples(run.samples, prefix=run.prefix)
     head = keys.prefix_path(run.prefix)
     out: list[MetricSummary] = []
     for short in DEFAULT_METRICS:

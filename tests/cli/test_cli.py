@@ -141,7 +141,7 @@ def test_unknown_probe_suggests(tmp_path: Path) -> None:
     res = memprobe("run", "--probes", "proces", "x.py", cwd=tmp_path)
     assert res.returncode == 2
     assert res.stdout == ""
-    lines = res.stderr.splitlines()
+    lines = [x for x in res.stderr.splitlines() if not x.startswith("memprobe: warning: ")]
     assert len(lines) == 1 and lines[0].startswith("memprobe: error: probes: unknown probe")
     assert "did you mean 'process'" in lines[0]
 

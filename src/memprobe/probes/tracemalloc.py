@@ -9,7 +9,7 @@ from typing import Any
 
 from .._errors import ConfigError, ProbeError, show
 from .._flatten import SiteMap
-from .._sitestats import Stats, default_filters, site_stats
+from .._sitestats import GROUP_BY, Stats, default_filters, site_stats
 from ..hookspecs import hookimpl
 
 # tracemalloc is process-wide: probes share it and only the last one out stops
@@ -133,9 +133,9 @@ class TracemallocProbe:
             raise ConfigError(
                 "tracemalloc.nframe", f"must be an int from 1 to 100, got {show(nframe)}"
             )
-        if group_by not in ("lineno", "traceback"):
+        if group_by not in GROUP_BY:
             raise ConfigError(
-                "tracemalloc.group_by", f"must be 'lineno' or 'traceback', got {show(group_by)}"
+                "tracemalloc.group_by", f"must be one of {GROUP_BY}, got {show(group_by)}"
             )
         if isinstance(exclude, str) or not all(  # type: ignore[unreachable]
             isinstance(p, str) for p in exclude
