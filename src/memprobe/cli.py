@@ -9,6 +9,7 @@ Errors are one line on stderr, ``memprobe: error: ...``, with exit status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -81,8 +82,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             return cmd_report(args)
         return cmd_probes(args)
+    except BrokenPipeError:  # `memprobe report ... | head`: the reader left; so do we
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1
     except (MemprobeError, OSError) as exc:
-        msg = str(exc) if not isinstance(exc, OSError) else f"{exc.filename}: {exc.strerror}"
+        if isinstance(exc, OSError) and exc.filename is not None:
+            msg = f"{exc.filename}: {exc.strerror}"
+        else:
+            msg = str(exc)
         say(err, f"{PROG}: error: {safe(msg, 1000)}")
         return 2
 
