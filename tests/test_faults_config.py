@@ -241,7 +241,7 @@ def test_callback_time_limit_applies_to_every_probe_unless_a_probe_sets_its_own(
         probes={"process": {}, "gc": {"time_limit_seconds": 2.5}}, time_limit_seconds=0.5,
     )
     prober = cls._build_prober("env_runner", 1, sink=False)
-    assert {s.name: s.time_limit for s in prober._slots} == {"process": 0.5, "gc": 2.5}
+    assert {s.name: s.time_limit for s in prober._probes} == {"process": 0.5, "gc": 2.5}
 
 
 HUGE = 10**5000  # over Python's 4,300-digit limit for printing an int

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memprobe._trend import (
+from memprobe.trend import (
     auto_warmup,
     autocorrelation_factor,
     bin_medians,

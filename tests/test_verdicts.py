@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memprobe
-from memprobe._trend import auto_warmup
+from memprobe.trend import auto_warmup
 
 ints = st.integers(min_value=-10_000, max_value=10_000)
 

@@ -7,7 +7,7 @@
 >>> analyze(xs, [1000 + (x % 7) for x in xs]).status
 'ok'
 
-A series is judged after its warm-up (:func:`memprobe._trend.auto_warmup`).
+A series is judged after its warm-up (:func:`memprobe.trend.auto_warmup`).
 Its trend is **significant** when it has at least ``min_points`` points, the
 lower bound of the slope's confidence interval is above ``threshold_per_step``,
 and the fitted growth over the window exceeds ``effect_sigmas`` times the
@@ -38,7 +38,7 @@ from typing import Any, Literal
 from . import _kinds
 from ._errors import ConfigError, show
 from ._sample import Sample
-from ._trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
+from .trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
 from .keys import DEFAULT_PREFIX, infer_prefix, short_key, site_name, split_key
 
 __all__ = [
@@ -307,7 +307,7 @@ def analyze(
     :param key: the metric's key, copied into the verdict.
     :param times: unix seconds of each point, for ``rate_per_hour``.
     :param warmup: points to drop first: an int, ``None`` (none) or
-        ``"auto"`` (the plateau after initial growth, see :func:`memprobe._trend.auto_warmup`).
+        ``"auto"`` (the plateau after initial growth, see :func:`memprobe.trend.auto_warmup`).
     :param min_points: fewer points than this (after warm-up) is "insufficient".
     :param threshold_per_step: growth per step that is tolerated; a leak is
         significantly above it.
@@ -318,7 +318,7 @@ def analyze(
         many times the residual noise.
     :param max_points: longer series are reduced to this many bin medians first.
     :param autocorrelation: widen the slope's interval for serially correlated
-        noise (Hamed-Rao, see :func:`memprobe._trend.autocorrelation_factor`).
+        noise (Hamed-Rao, see :func:`memprobe.trend.autocorrelation_factor`).
     :param prefix: the prefix of ``key``, copied into the verdict.
     :param step: what one step is (``"sample"``, ``"call"``), for the reports.
     """

@@ -106,14 +106,17 @@ def _progress(i: int, n: int, path: str) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``memprobe report``: the text report on stdout, optionally a PNG and an HTML page."""
-    from . import _render_html, _render_png, _render_text
     from ._outputs import check_outputs, write_file
+    from ._render_html import render as render_html
+    from ._render_png import pyplot
+    from ._render_png import render as render_png
+    from ._render_text import render as render_text
     from ._runs import load_runs, summarize_all
 
     outputs = [(opt, path) for opt, path in (("--plot", args.plot), ("--html", args.html))
                if path]
     check_outputs(outputs, [("input", f) for f in args.files])
-    plt = _render_png.pyplot() if outputs else None
+    plt = pyplot() if outputs else None
     if args.plot and plt is None:
         raise CliError("--plot needs matplotlib: pip install 'memprobe[plot]'")
     runs = load_runs(args.files, on_file=_progress,
@@ -124,14 +127,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     summaries = summarize_all(runs)
     if not summaries:
         raise CliError(f"no samples in {', '.join(safe(f) for f in args.files)}")
-    sys.stdout.write(_render_text.render(summaries))
+    sys.stdout.write(render_text(summaries))
     sys.stdout.flush()
-    png = _render_png.render(plt, summaries) if plt is not None else None
+    png = render_png(plt, summaries) if plt is not None else None
     if args.plot and png is not None:
         write_file(args.plot, png)
         print(f"plot written to {safe(args.plot)}", file=sys.stderr)
     if args.html:
-        write_file(args.html, _render_html.render(summaries, png, args.files).encode("utf-8"))
+        write_file(args.html, render_html(summaries, png, args.files).encode("utf-8"))
         print(f"html written to {safe(args.html)}", file=sys.stderr)
     return 0
 

@@ -2,7 +2,7 @@
 
 :func:`check_leaks` returns the :class:`~memprobe.Report`; :func:`assert_no_leak`
 raises :class:`~memprobe.LeakError` in a test. Both sit above the Prober; the
-verdicts themselves are :mod:`memprobe._verdicts`, the statistics :mod:`memprobe._trend`.
+verdicts themselves are :mod:`memprobe._verdicts`, the statistics :mod:`memprobe.trend`.
 """
 
 from __future__ import annotations

@@ -59,3 +59,16 @@ def test_window_names_survivors_only():
 def test_window_bad_options(opts):
     with pytest.raises(memprobe.ConfigError, match="tracemalloc"):
         TracemallocProbe(**opts)
+
+
+def test_default_filters_leave_out_every_memprobe_package() -> None:
+    import os
+
+    import memprobe_rllib
+
+    from memprobe._sitestats import default_filters
+
+    patterns = [f.filename_pattern for f in default_filters()]
+    for package in (memprobe, memprobe_rllib):
+        here = os.path.dirname(os.path.abspath(package.__file__))
+        assert os.path.join(here, "*") in patterns, (package.__name__, patterns)

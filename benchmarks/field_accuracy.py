@@ -1,0 +1,311 @@
+"""Field accuracy of the leak verdicts on real programs: no false alarm on healthy or
+bounded ones, every injected leak found with its kind and its culprit named.
+
+Run: ``python benchmarks/field_accuracy.py [--iterations 300] [--case NAME ...]``.
+
+Each case is a real program run in a fresh interpreter (this file with ``--run
+NAME``), sampled once per iteration by a Prober with the process, gc,
+tracemalloc (``nframe=16, group_by="user"``) and objects probes, the live
+alarm checking every 10 samples with 2 confirmations (the defaults of
+``leak_confirmations``). Per case: the live alarm (the iteration it fired,
+or "-"), the final ``prober.report()`` (what ``memprobe report`` reads from the
+same samples): its verdict, kind and culprit, and whether they are the ones
+expected. Goals: 0 false alarms on healthy and bounded cases, live and in the
+report; every leak found, with its kind and culprit.
+
+A case is a :class:`Case` with a ``runner``: :func:`run_program` runs one of
+:data:`PROGRAMS` here; other runners (the RLlib PPO cases) return the same
+:class:`Outcome` and share the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+HERE = os.path.abspath(__file__)
+#: Objects the leaking programs keep, module-level like a real leak's holder.
+KEPT: list[Any] = []
+
+
+class FieldRecord:
+    """A class of its own, retained by the objects-leak program."""
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+        self.tags = (i, i + 1)
+
+
+# -- the programs: each returns its step(i) ---------------------------------------------
+
+
+def json_re() -> Callable[[int], None]:
+    """json documents parsed and dumped, regexes whose cache fills (100 patterns), then steady."""
+    import json as js
+    import re
+
+    docs = [js.dumps({"id": i, "name": f"user{i}", "tags": [f"t{j}" for j in range(i % 9)]})
+            for i in range(500)]
+
+    def step(i: int) -> None:
+        for d in docs[(i % 50) * 10:(i % 50) * 10 + 10]:
+            out = js.dumps(js.loads(d), sort_keys=True)
+            re.findall(rf"t{i % 100}\b|user\d+", out)
+    return step
+
+
+def numpy_temporaries() -> Callable[[int], None]:
+    """Matrix products and element-wise temporaries, all freed each iteration."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def step(i: int) -> None:
+        a = rng.random((200, 200))
+        b = np.exp(-(a @ a.T)) + np.sin(a)
+        float(b.sum())
+    return step
+
+
+def torch_training() -> Callable[[int], None]:
+    """A small MLP trained with Adam on CPU: torch's allocator and Adam's state warm up."""
+    import torch
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(128, 64), torch.randint(0, 10, (128,))
+
+    def step(i: int) -> None:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def lru_bounded() -> Callable[[int], None]:
+    """An ``lru_cache(maxsize=128)`` of 2 KiB values: full after 32 iterations, then evicting."""
+    import functools
+
+    @functools.lru_cache(maxsize=128)
+    def lookup(k: int) -> bytes:
+        return bytes(2048)
+
+    def step(i: int) -> None:
+        for j in range(4):
+            lookup(4 * i + j)
+    return step
+
+
+def slow_leak() -> Callable[[int], None]:
+    """About 1 KiB kept per iteration, at one line of this file."""
+    def step(i: int) -> None:
+        KEPT.append(bytearray(1000))  # LEAK:slow_leak
+    return step
+
+
+def numpy_kept() -> Callable[[int], None]:
+    """An ``np.ones(128)`` (1 KiB) kept per iteration: numpy allocates, this file keeps it."""
+    import numpy as np
+
+    def step(i: int) -> None:
+        KEPT.append(np.ones(128))  # LEAK:numpy_kept
+    return step
+
+
+def objects_leak() -> Callable[[int], None]:
+    """20 objects of a class of its own kept per iteration."""
+    def step(i: int) -> None:
+        KEPT.extend(FieldRecord(i) for _ in range(20))  # LEAK:objects_leak
+    return step
+
+
+def fd_leak() -> Callable[[int], None]:
+    """A descriptor opened per iteration and never closed."""
+    def step(i: int) -> None:
+        KEPT.append(os.open(os.devnull, os.O_RDONLY))
+    return step
+
+
+def native_leak() -> Callable[[int], None]:
+    """64 KiB from C ``malloc`` per iteration, touched, never freed."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+
+    def step(i: int) -> None:
+        p = libc.malloc(64 * 1024)
+        libc.memset(p, 1, 64 * 1024)
+    return step
+
+
+PROGRAMS: dict[str, Callable[[], Callable[[int], None]]] = {
+    f.__name__: f for f in (json_re, numpy_temporaries, torch_training, lru_bounded, slow_leak,
+                            numpy_kept, objects_leak, fd_leak, native_leak)
+}
+
+
+# -- cases and their runner --------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What one case gave, per process (a program here has one)."""
+
+    process: str = "main"
+    alarm_at: int | None = None  # iteration the live alarm fired, or None
+    status: str = "ok"  # of the final report: leak, or the worst other status
+    kind: str | None = None
+    culprit: str | None = None
+    leaking: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Case:
+    """A program and what a right verdict on it is.
+
+    :ivar expect: ``"healthy"``, ``"bounded"`` (grows, then stops) or ``"leak"``.
+    :ivar kind: the :data:`memprobe.KINDS` key a leak must get.
+    :ivar culprit: text the named culprit must contain (``LINE:<marker>`` stands
+        for this file's line carrying ``# LEAK:<marker>``).
+    :ivar runner: runs the case and returns an :class:`Outcome` per process.
+    """
+
+    name: str
+    expect: str
+    kind: str | None = None
+    culprit: str | None = None
+    runner: Callable[[Case, argparse.Namespace], list[Outcome]] | None = None
+
+
+def marker_line(marker: str) -> int:
+    with open(HERE) as f:
+        for n, line in enumerate(f, 1):
+            if line.rstrip().endswith(f"# LEAK:{marker}"):
+                return n
+    raise LookupError(marker)
+
+
+def expected_culprit(case: Case) -> str | None:
+    if case.culprit is None:
+        return None
+    text = case.culprit
+    if "LINE:" in text:
+        head, _, marker = text.partition("LINE:")
+        text = f"{head}field_accuracy.py:{marker_line(marker.split()[0])}{marker[len(marker.split()[0]):]}"
+    return text
+
+
+def run_program(case: Case, args: argparse.Namespace) -> list[Outcome]:
+    """Run ``PROGRAMS[case.name]`` in a fresh interpreter; one Outcome."""
+    cmd = [sys.executable, HERE, "--run", case.name, "--iterations", str(args.iterations)]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        return [Outcome(error=(out.stderr.strip().splitlines() or ["failed"])[-1],
+                        seconds=time.perf_counter() - t0)]
+    result = Outcome(**json.loads(out.stdout.strip().splitlines()[-1]))
+    result.seconds = time.perf_counter() - t0
+    return [result]
+
+
+def measure(name: str, iterations: int) -> Outcome:
+    """In this process: run the program with a Prober and its live alarm."""
+    import memprobe
+
+    step = PROGRAMS[name]()
+    fired: list[int] = []
+    i = 0
+    probes = {"process": {}, "gc": {}, "objects": {"top": 20},
+              "tracemalloc": {"top": 20, "nframe": 16, "group_by": "user"}}
+    with memprobe.Prober(probes, leak_check_every=10, load_entrypoints=False,
+                         on_leak=lambda v: fired.append(i)) as prober:
+        for i in range(iterations):
+            step(i)
+            prober.sample(step=i)
+        report = prober.report()
+    order = ("leak", "slight", "levelled", "ok", "insufficient")
+    statuses = [v.status for v in report.verdicts.values()]
+    status = min(statuses, key=order.index) if statuses else "insufficient"
+    return Outcome(alarm_at=fired[0] if fired else None, status=status, kind=report.kind,
+                   culprit=report.culprit, leaking=report.leaking_metrics)
+
+
+CASES: list[Case] = [
+    Case("json_re", "healthy"),
+    Case("numpy_temporaries", "healthy"),
+    Case("torch_training", "healthy"),
+    Case("lru_bounded", "bounded"),
+    Case("slow_leak", "leak", "python", "LINE:slow_leak"),
+    Case("numpy_kept", "leak", "python", "LINE:numpy_kept → numpy/"),
+    Case("objects_leak", "leak", "objects", "FieldRecord"),
+    Case("fd_leak", "leak", "fds", None),
+    Case("native_leak", "leak", "native", None),
+]
+
+
+def judge(case: Case, o: Outcome) -> tuple[bool, str]:
+    """(right, why) for one process's outcome."""
+    if o.error:
+        return False, o.error
+    if case.expect in ("healthy", "bounded"):
+        ok = o.alarm_at is None and o.status != "leak"
+        return ok, "" if ok else "false alarm"
+    if o.status != "leak" or o.alarm_at is None:
+        return False, "missed"
+    if case.kind and o.kind != case.kind:
+        return False, f"kind {o.kind}"
+    want = expected_culprit(case)
+    if want and not (o.culprit and want in o.culprit):
+        return False, "culprit"
+    return True, ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--iterations", type=int, default=300)
+    ap.add_argument("--case", nargs="*", help="run only these cases")
+    ap.add_argument("--run", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.run:
+        print(json.dumps(asdict(measure(args.run, args.iterations))))
+        return 0
+    cases = [c for c in CASES if not args.case or c.name in args.case]
+    print(f"field_accuracy: {args.iterations} iterations per program, sampled every iteration, "
+          "alarm every 10 samples with 2 confirmations")
+    print()
+    print("| case | expected | live alarm at iteration | report | kind | culprit named | right | s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    wrong = 0
+    for case in cases:
+        for o in (case.runner or run_program)(case, args):
+            right, why = judge(case, o)
+            wrong += not right
+            culprit = (o.culprit or "-").replace("|", "/")
+            print(f"| {case.name} | {case.expect} | {o.alarm_at if o.alarm_at is not None else '-'} "
+                  f"| {o.status} | {o.kind or '-'} | {culprit} "
+                  f"| {'yes' if right else 'NO: ' + why} | {o.seconds:.0f} |")
+    print()
+    print(f"goals (no false alarm on healthy/bounded, every leak found with kind and culprit): "
+          f"{'met' if not wrong else f'{wrong} case(s) wrong'}")
+    return 0 if not wrong else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The Prober's public surface: describe, the alarm object, the overhead fraction, errors."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import time
+
+import pytest
+
+import memprobe
+
+
+def test_describe_resolves_every_key_a_prober_emits() -> None:
+    with memprobe.Prober(["process", "gc", "example"], prefix="memprobe/driver") as prober:
+        values = prober.sample()
+    for key in values:
+        assert isinstance(prober.describe(key), memprobe.Metric), key
+    d = prober.describe
+    assert d("memprobe/driver/process/rss_bytes") == memprobe.Metric(
+        "resident set size", "bytes", "gauge")
+    assert d("memprobe/driver/gc/gen2/collected_count").kind == "counter"
+    assert d("memprobe/driver/gc/collection_seconds").kind == "interval"
+    assert d("memprobe/driver/overhead/gc_seconds") == memprobe.Metric(
+        "time the probe's sample() took", "seconds", "interval")
+    assert d("memprobe/driver/errors/reentrant").kind == "counter"
+    assert d("memprobe/driver/example/samples_count").kind == "counter"  # a plugin's declaration
+    assert d("elsewhere/x_bytes").unit == "bytes"  # not this Prober's: the documented default
+
+
+def test_prober_report_judges_its_own_prefix() -> None:
+    with memprobe.Prober(["process"], prefix="memprobe/driver") as prober:
+        for i in range(30):
+            prober.sample(step=i)
+    report = prober.report()
+    assert isinstance(report, memprobe.Report)
+    assert report.get("process/rss_bytes") is not None
+
+
+def test_the_alarm_is_an_object_with_latest_verdicts() -> None:
+    seen = []
+    prober = memprobe.Prober(["process"], on_leak=seen.append, leak_check_every=10)
+    assert isinstance(prober.alarm, memprobe.LeakAlarm)
+    assert prober.alarm.latest is None and prober.alarm.alarmed == set()
+    with prober:
+        for i in range(30):
+            prober.sample(step=i)
+    assert isinstance(prober.alarm.latest, memprobe.Report)
+    assert memprobe.Prober(["process"]).alarm is None
+
+
+def test_leak_alarm_confirms_before_alarming() -> None:
+    from memprobe import Verdict
+
+    fired = []
+    alarm = memprobe.LeakAlarm(fired.append, check_every=2, confirmations=2)
+    assert [alarm.tick() for _ in range(4)] == [False, True, False, True]
+
+    class FakeReport:  # the two attributes the alarm reads
+        def __init__(self, keys):
+            self.leaking = [Verdict.__new__(Verdict) for _ in keys]
+            for v, k in zip(self.leaking, keys):
+                object.__setattr__(v, "key", k)
+
+    alarm.check(FakeReport(["a"]))
+    assert fired == []
+    alarm.check(FakeReport(["a"]))
+    assert [v.key for v in fired] == ["a"] and alarm.alarmed == {"a"}
+    alarm.check(FakeReport(["a"]))
+    assert len(fired) == 1  # once per metric
+    with pytest.raises(memprobe.ConfigError, match="leak_options.warmpu"):
+        memprobe.LeakAlarm("warn", options={"warmpu": 3})
+
+
+def test_overhead_fraction_is_reported_once_its_window_is_a_second_long() -> None:
+    with memprobe.Prober(["process", "gc"]) as prober:
+        first = prober.sample()
+        t0 = time.perf_counter()
+        early = prober.sample()
+        while time.perf_counter() - t0 < 1.1:
+            time.sleep(0.01)
+            last = prober.sample()
+    key = "memprobe/overhead/fraction"
+    assert key not in first and key not in early
+    assert 0 < last[key] < 0.05  # a few µs of probes per 10 ms
+
+
+def test_a_half_built_probe_prints_nothing() -> None:
+    code = ("import memprobe\n"
+            "try:\n"
+            "    memprobe.Prober(probes={'process': {'full': 'yes'}})\n"
+            "except memprobe.ConfigError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "process.full: must be a bool, got 'yes'"
+    assert out.stderr == ""
+
+
+def test_a_program_that_breaks_perf_counter_gets_no_tracebacks_from_the_gc_probe() -> None:
+    code = ("import gc, time, memprobe\n"
+            "p = memprobe.Prober(['gc']).start()\n"
+            "def broken(): raise RuntimeError('no clock')\n"
+            "time.perf_counter = broken\n"
+            "for _ in range(3): gc.collect()\n"
+            "print('done')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "done"
+    assert "Exception ignored" not in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("cls", [memprobe.LeakError, memprobe.ConfigError, memprobe.ProbeError,
+                                 memprobe.MetricValueError, memprobe.LeakWarning])
+def test_public_errors_show_as_memprobe_names(cls) -> None:
+    assert cls.__module__ == "memprobe"
+    assert repr(cls).startswith("<class 'memprobe.")
+
+
+def test_leak_error_pickles_with_its_report() -> None:
+    with memprobe.Prober(["process"]) as prober:
+        for i in range(25):
+            prober.sample(step=i)
+    report = prober.report()
+    err = pickle.loads(pickle.dumps(memprobe.LeakError("grew", report)))
+    assert err.message == "grew" and isinstance(err.report, memprobe.Report)
+    assert err.report.verdicts.keys() == report.verdicts.keys()
+
+
+def test_parse_probes_is_public() -> None:
+    assert memprobe.parse_probes(None) == {"process": {}, "gc": {}}
+    assert memprobe.parse_probes({"gc": None}) == {"gc": {}}
+    with pytest.raises(memprobe.ConfigError, match="named twice"):
+        memprobe.parse_probes(["gc", "gc"])
