@@ -185,12 +185,12 @@ def cmd_probes(args: argparse.Namespace) -> int:
         print(f"{safe(name)}  (plugin {safe(info.plugin)}; {cost_s} per sample, measured here)")
         if info.doc:
             print(f"  {safe(info.doc)}")
-        rows = [["key", "unit", "meaning"]]
+        rows = [["key", "unit", "kind", "meaning"]]
         for metric, declared in (getattr(info.factory, "metrics", {}) or {}).items():
             m = as_metric(metric, declared)
             rows.append([safe(f"{keys.prefix_path(keys.DEFAULT_PREFIX)}{name}/{metric}"),
-                         m.unit, safe(m.description)])
+                         m.unit, m.kind, safe(m.description)])
         if len(rows) > 1:
-            print(table(rows, left=3))
+            print(table(rows, left=4))
         print()
     return 0
