@@ -222,7 +222,7 @@ def test_reader_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str) ->
         path.symlink_to("/dev/zero")
     else:
         path.mkdir()
-    with pytest.raises(memprobe.JsonlReadError, match="not a regular file|is a directory"):
+    with pytest.raises(memprobe.JsonlReadError, match=r"not a regular file|is a directory"):
         memprobe.read_samples(path)
 
 

@@ -23,11 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import memprobe
-from memprobe import MemprobeError, SiteMap, flatten
-from memprobe import SiteKeyCap
+from memprobe import MemprobeError, SiteKeyCap, SiteMap, flatten, parse_probes
 from memprobe._flatten import INT_MAX, INT_MIN
 from memprobe._jsonl import read_samples
-from memprobe import parse_probes
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

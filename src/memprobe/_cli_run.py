@@ -250,7 +250,7 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
             except (OSError, ValueError, AttributeError):
                 pass
             sampler.stop()
-            keep = None
+            del keep  # the program's globals go now, not at memprobe's exit
             try:
                 commit(tmp, out)
             except OSError as exc:

@@ -31,7 +31,7 @@ import warnings
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from ._errors import JsonlReadError, MemprobeWarning
 from ._sample import Sample
@@ -43,6 +43,7 @@ MAX_LINE_BYTES = 16 * 2**20
 #: This many bad lines before any good one: not a memprobe JSONL file.
 BAD_START_LINES = 5
 _GZIP_MAGIC = b"\x1f\x8b"
+_END = object()
 _CHUNK = 2**20
 
 __all__ = [
@@ -104,7 +105,7 @@ def _parse(line: bytes) -> tuple[Sample, dict[str, Any]]:
     return Sample(t, step, pid, clean), tags
 
 
-def _open(p: str) -> IO[bytes]:
+def _open(p: str) -> IO[bytes] | gzip.GzipFile:
     """The file opened for binary reading: regular files only, never blocking on open."""
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -134,7 +135,7 @@ def _open(p: str) -> IO[bytes]:
         raw.close()
         raise JsonlReadError(p, f"cannot be read: {exc.strerror or exc}") from None
     if head == _GZIP_MAGIC:
-        return _Gzip(raw)  # type: ignore[return-value]
+        return _Gzip(raw)
     return raw
 
 
@@ -152,7 +153,7 @@ class _Gzip(gzip.GzipFile):
             self._raw.close()
 
 
-def _lines(f: IO[bytes]) -> Iterator[bytes | None]:
+def _lines(f: IO[bytes] | gzip.GzipFile) -> Iterator[bytes | None]:
     """Each line without its newline; ``None`` for a line over the cap (its bytes skipped)."""
     while True:
         line = f.readline(MAX_LINE_BYTES + 1)
@@ -180,18 +181,19 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[JsonlRecord]:
     """
     p = os.fspath(path)
     f = _open(p)
+    gzipped = isinstance(f, gzip.GzipFile)
     held: list[str] = []  # warnings for the bad lines before the first good one
     good = False
     lineno = 0
     with f:
         try:
             it = _lines(f)
-            pending: bytes | None | bool = next(it, False)
-            while pending is not False:
-                line = pending
+            pending: object = next(it, _END)  # one line ahead, to know the last one
+            while pending is not _END:
+                line = cast("bytes | None", pending)
                 lineno += 1
-                pending = next(it, False)
-                last = pending is False
+                pending = next(it, _END)
+                last = pending is _END
                 message = None
                 if line is None:
                     message = f"line longer than {MAX_LINE_BYTES // 2**20} MiB skipped"
@@ -225,11 +227,11 @@ def iter_records(path: str | os.PathLike[str]) -> Iterator[JsonlRecord]:
                     held.clear()
                 yield JsonlRecord(sample, tags, p, lineno)
         except (OSError, EOFError, zlib.error) as exc:  # a cut or corrupt gzip, an I/O error
-            what = getattr(exc, "strerror", None) or exc
-            if lineno == 0 and isinstance(f, _Gzip):
+            cause = getattr(exc, "strerror", None) or exc
+            if lineno == 0 and gzipped:
                 raise JsonlReadError(p, "not a memprobe JSONL file (it starts like gzip, "
-                                     f"but: {what})") from None
-            warnings.warn(f"{p}:{lineno + 1}: reading stopped ({what}); the lines before "
+                                     f"but: {cause})") from None
+            warnings.warn(f"{p}:{lineno + 1}: reading stopped ({cause}); the lines before "
                           "are kept", MemprobeWarning, stacklevel=2)
     for text in held:  # a short file with no good line: its few bad lines
         warnings.warn(text, MemprobeWarning, stacklevel=2)

@@ -70,9 +70,9 @@ def check_outputs(outputs: Sequence[tuple[str, str]], inputs: Sequence[tuple[str
                               "target (memprobe does not write through symlinks)")
         if not stat.S_ISREG(st.st_mode):
             raise OutputError(path, f"{option} exists and is not a regular file")
-        what = seen.get((st.st_dev, st.st_ino))
-        if what is not None:
-            raise OutputError(path, f"{option} is the same file as the {what}; "
+        same = seen.get((st.st_dev, st.st_ino))
+        if same is not None:
+            raise OutputError(path, f"{option} is the same file as the {same}; "
                               "refusing to overwrite it")
 
 

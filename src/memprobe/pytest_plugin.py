@@ -192,7 +192,7 @@ class _SessionSummary:
             return
         for name, value in report.user_properties:
             if name == _PROPERTY:
-                self.results.append(json.loads(value))
+                self.results.append(json.loads(str(value)))
 
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if hasattr(config, "workerinput") or not self.results:  # a worker: the controller sums

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="needs chromium (apt-get install chromium)")
+pytestmark = pytest.mark.skipif(CHROMIUM is None,
+                                reason="needs chromium (apt-get install chromium)")
 
 
 def _horizontal_runs(mask, min_len: int) -> int:
