@@ -33,6 +33,15 @@ def pyplot() -> Any:
 
 def render(plt: Any, summaries: Sequence[RunSummary]) -> bytes:
     """The PNG's bytes."""
+    fig = figure(plt, summaries)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
+    """The matplotlib figure: one panel per metric, leaks marked and labelled inside it."""
     from matplotlib.ticker import MaxNLocator
 
     t0 = min(s.run.samples[0].time_seconds for s in summaries)
@@ -79,7 +88,4 @@ def render(plt: Any, summaries: Sequence[RunSummary]) -> bytes:
     axes[-1, 0].set_xlabel("seconds since the first sample")
     fig.suptitle("memprobe: memory over time (red: leak detected)")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
+    return fig

@@ -126,3 +126,32 @@ def test_html_shows_everything_the_text_shows(leaky_traced: Path, tmp_path: Path
             for cell in line.split("  "):
                 if cell.strip():
                     assert f"<td>{cell.strip()}</td>" in page
+
+
+def test_plot_labels_stay_inside_their_panel_and_counts_get_integer_ticks(
+        leaky_traced: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from memprobe._render_png import figure, pyplot
+
+    plt = pyplot()
+    summaries = [summarize(r) for r in load_runs([str(leaky_traced / "run.jsonl")])]
+    fig = figure(plt, summaries)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        labels = 0
+        for ax in fig.axes:
+            frame = ax.get_window_extent(renderer)
+            for text in ax.texts:
+                if text.get_text().startswith("leak from"):
+                    labels += 1
+                    box = text.get_window_extent(renderer)
+                    assert frame.x0 <= box.x0 and box.x1 <= frame.x1, text.get_text()
+                    assert frame.y0 <= box.y0 and box.y1 <= frame.y1, text.get_text()
+            if ax.get_ylabel() == "process/num_fds":
+                ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+                assert ticks and all(float(t).is_integer() for t in ticks), ticks
+        assert labels >= 2  # rss and filtered bytes leak
+        assert "process/num_fds" in [ax.get_ylabel() for ax in fig.axes]
+    finally:
+        plt.close(fig)
