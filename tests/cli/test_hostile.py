@@ -307,3 +307,13 @@ def test_a_forked_child_neither_writes_nor_reports(tmp_path: Path) -> None:
     assert res.stderr.count("samples of") == 1
     recs = [json.loads(line) for line in (tmp_path / "f.jsonl").read_text().splitlines()]
     assert {r["pid"] for r in recs} == {recs[0]["pid"]}
+
+
+def test_12_long_values_are_cut_with_an_ellipsis(tmp_path: Path) -> None:
+    long_tag = "x" * 2**20  # 1 MiB: under the line cap, so the line is read
+    write_run(tmp_path / "long.jsonl", role=long_tag, command="c" * 5000)
+    res = memprobe("report", "long.jsonl", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    heading = res.stdout.splitlines()[0]
+    assert "…" in heading and len(heading) < 600
+    assert max(len(line) for line in res.stdout.splitlines()) < 600
