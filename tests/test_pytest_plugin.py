@@ -141,3 +141,19 @@ def test_summary_under_xdist(pytester: pytest.Pytester) -> None:
     out = result.stdout.str()
     assert "2 workers" in out
     _assert_summary(out, "test_summary_under_xdist")
+
+
+def test_a_bad_option_value_is_one_clean_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.memprobe_leak_check(max_growth_bytes="lots")
+        def test_x():
+            pass
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*memprobe.ConfigError: memprobe_leak_check: max_growth_bytes*"])
+    assert "def check_leaks" not in result.stdout.str()

@@ -171,14 +171,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     rep = outcome.get_result()
     if call.when != "call" or call.excinfo is None:
         return
-    from . import LeakError
+    from . import ConfigError, LeakError
 
     exc = call.excinfo.value
+    path, lineno, _ = item.location
+    where = f"{path}:{(lineno or 0) + 1}: {item.name}"
     if isinstance(exc, LeakError):
         # The verdict is the failure: memprobe's frames would only hide it.
-        path, lineno, _ = item.location
-        rep.longrepr = (f"memprobe.LeakError: {exc}\n\n"
-                        f"{path}:{(lineno or 0) + 1}: {item.name} judged by memprobe")
+        rep.longrepr = f"memprobe.LeakError: {exc}\n\n{where} judged by memprobe"
+    elif isinstance(exc, ConfigError) and _came_from_memprobe(call.excinfo.traceback):
+        rep.longrepr = f"memprobe.ConfigError: {MARKER}: {exc}\n\n{where}"
+
+
+def _came_from_memprobe(tb: Any) -> bool:
+    """The error was raised by memprobe's own option checks, not by the test body."""
+    import os
+
+    here = os.path.dirname(__file__)
+    last = tb[-1] if len(tb) else None
+    return last is not None and str(last.path).startswith(here)
 
 
 class _SessionSummary:
