@@ -83,10 +83,17 @@ def _umask() -> int:
 
 
 def temp_beside(path: str) -> str:
-    """A new empty file in ``path``'s directory (created if missing), mode as ``open`` gives."""
+    """A new empty file in ``path``'s directory (created if missing), mode as ``open`` gives.
+
+    :raises OutputError: naming ``path`` (not the temporary name) when it cannot be made.
+    """
     parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=parent)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                                   dir=parent)
+    except OSError as exc:
+        raise OutputError(path, f"cannot be written: {exc.strerror or exc}") from None
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_umask())
     return tmp

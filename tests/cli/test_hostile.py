@@ -317,3 +317,12 @@ def test_12_long_values_are_cut_with_an_ellipsis(tmp_path: Path) -> None:
     heading = res.stdout.splitlines()[0]
     assert "…" in heading and len(heading) < 600
     assert max(len(line) for line in res.stdout.splitlines()) < 600
+
+
+def test_an_output_that_cannot_be_written_is_named_before_the_program_runs(
+        tmp_path: Path) -> None:
+    (tmp_path / "x.py").write_text("print('ran')\n")
+    res = memprobe("run", "-o", "/proc/x.jsonl", "x.py", cwd=tmp_path)
+    assert res.returncode == 2 and res.stdout == ""  # root can write anywhere but /proc
+    assert res.stderr == (
+        "memprobe: error: /proc/x.jsonl: cannot be written: No such file or directory\n")
