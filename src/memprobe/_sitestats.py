@@ -87,8 +87,10 @@ def is_library(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_library_roots())
 
 
-def user_site(tb: Sequence[tuple[str, int]]) -> str:
-    """The site key of a raw traceback (most recent frame first) for ``group_by="user"``."""
+@functools.lru_cache(maxsize=8192)
+def user_site(tb: tuple[tuple[str, int], ...]) -> str:
+    """The site key of a raw traceback (most recent frame first) for ``group_by="user"``.
+    Cached: the same tracebacks come back at every sample."""
     top = tb[0]
     here = format_site(top[0], top[1])
     if not is_library(top[0]):
@@ -243,7 +245,7 @@ def stats_from_snapshot(
     user = group_by == "user"
     for st in snap.statistics("traceback" if user else group_by):
         if user:  # a Traceback iterates oldest first; user_site wants the raw order
-            key = user_site([(f.filename, f.lineno) for f in reversed(st.traceback)])
+            key = user_site(tuple((f.filename, f.lineno) for f in reversed(st.traceback)))
         else:
             key = site_key(st.traceback if group_by == "traceback" else st.traceback[:1])
         size, count = out.get(key, (0, 0))
