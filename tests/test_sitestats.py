@@ -69,6 +69,10 @@ def test_user_site_names_the_nearest_user_frame():
     assert user_site((lib, (STDLIB_FILE, 9), ("/x/app/b.py", 12), ("/x/app/a.py", 1))) == (
         "app/b.py:12--json/decoder.py:7")
     assert user_site((lib, (STDLIB_FILE, 9))) == "json/decoder.py:7"  # the library's own
+    import memprobe.probes.objects as own
+
+    # memprobe's own allocations made in a library are not the user's: left out.
+    assert user_site((lib, (own.__file__, 59), ("/x/app/a.py", 1))) is None
 
 
 @settings(max_examples=200, deadline=None)
