@@ -135,8 +135,7 @@ class TracemallocProbe:
             )
         if group_by not in GROUP_BY:
             raise ConfigError(
-                "tracemalloc.group_by",
-                f"must be 'lineno', 'traceback' or 'user', got {show(group_by)}",
+                "tracemalloc.group_by", f"must be one of {GROUP_BY}, got {show(group_by)}"
             )
         if isinstance(exclude, str) or not all(  # type: ignore[unreachable]
             isinstance(p, str) for p in exclude
