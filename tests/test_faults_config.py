@@ -107,7 +107,7 @@ PROBER_CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"probes": {"tracemalloc": {"nframe": 101}}}, "tracemalloc.nframe", "got 101"),
     ({"probes": {"tracemalloc": {"nframe": 2.0}}}, "tracemalloc.nframe", "got 2.0"),
     ({"probes": {"tracemalloc": {"group_by": "file"}}}, "tracemalloc.group_by",
-     "must be 'lineno' or 'traceback', got 'file'"),
+     "must be one of ('lineno', 'traceback', 'user'), got 'file'"),
     ({"probes": {"tracemalloc": {"exclude": "ray/*"}}}, "tracemalloc.exclude",
      "must be a list of filename patterns, got 'ray/*'"),
     ({"probes": {"tracemalloc": {"exclude": [1]}}}, "tracemalloc.exclude", "got [1]"),
