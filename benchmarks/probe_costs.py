@@ -78,7 +78,8 @@ def main() -> None:
     try:
         for _ in range(args.rounds):
             for i, (_, fn) in enumerate(rows):
-                times[i].append(timeit.timeit(fn, number=args.batch, timer=timer) / args.batch * 1e6)
+                t = timeit.timeit(fn, number=args.batch, timer=timer)
+                times[i].append(t / args.batch * 1e6)
     finally:
         sinked.stop()
         prober.stop()

@@ -93,3 +93,19 @@ def test_history_storage_does_not_grow_as_it_fills() -> None:
             tracemalloc.stop()
     assert len(prober.history) == 1500
     assert grown < 20 * 1480, f"{grown} bytes for 1480 samples"
+
+
+def test_history_holds_exactly_what_sample_returned_whatever_ran() -> None:
+    """Schedules make samples of several shapes (fast samplers, a plugin's probe through
+    flatten, forced samples): each stored sample equals the dict that was returned."""
+    probes = {"process": {}, "gc": {"every": 3}, "example": {"every": 2}}
+    returned = []
+    with memprobe.Prober(probes, history=100) as prober:
+        for step in range(40):
+            v = prober.sample(step=step, force=step % 7 == 0)
+            if v:
+                returned.append((step, dict(v)))
+    stored = [(s.step, s.values) for s in prober.history]
+    assert stored == returned
+    for (_, a), (_, b) in zip(stored, returned):
+        assert [type(x) for x in a.values()] == [type(x) for x in b.values()]

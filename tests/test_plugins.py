@@ -59,7 +59,8 @@ def test_disable_env_var_is_case_insensitive_and_named_in_the_error(monkeypatch)
     registry = collect_probes(memprobe.get_plugin_manager(load_entrypoints=False))
     assert "process" not in registry and "gc" not in registry
     with pytest.raises(memprobe.ConfigError,
-                       match=r"unknown probe 'process': it is disabled by MEMPROBE_DISABLE_PLUGINS"):
+                       match="unknown probe 'process': it is disabled by "
+                             "MEMPROBE_DISABLE_PLUGINS"):
         memprobe.Prober(["process"], load_entrypoints=False)
 
 
@@ -68,7 +69,8 @@ def test_disable_env_var_warns_on_names_that_are_no_plugin(monkeypatch) -> None:
 
     monkeypatch.setenv("MEMPROBE_DISABLE_PLUGINS", "objects,no_such_plugin_xyz")
     monkeypatch.setattr(_plugins, "_REPORTED", set())
-    with pytest.warns(memprobe.PluginWarning, match="'no_such_plugin_xyz'.*not an installed plugin"):
+    with pytest.warns(memprobe.PluginWarning,
+                      match="'no_such_plugin_xyz'.*not an installed plugin"):
         memprobe.get_plugin_manager()
 
 
@@ -78,7 +80,7 @@ class _SlowEntryPoint:
     name = "sleepy"
     value = "sleepy_plugin"
 
-    class dist:  # noqa: N801 - the shape of importlib.metadata's
+    class dist:
         name = "sleepy-dist"
 
     def load(self):

@@ -69,7 +69,7 @@ def test_leak_alarm_confirms_before_alarming() -> None:
     assert [v.key for v in fired] == ["a"] and alarm.alarmed == {"a"}
     alarm.check(FakeReport(["a"]))
     assert len(fired) == 1  # once per metric
-    with pytest.raises(memprobe.ConfigError, match="leak_options.warmpu"):
+    with pytest.raises(memprobe.ConfigError, match=r"leak_options\.warmpu"):
         memprobe.LeakAlarm("warn", options={"warmpu": 3})
 
 

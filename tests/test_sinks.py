@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memprobe
-from memprobe._jsonl import RECORD_FIELDS, iter_records, read_samples
 from memprobe import Sample
+from memprobe._jsonl import RECORD_FIELDS, iter_records, read_samples
 from memprobe._sinks import JsonlSink
 
 

@@ -1,4 +1,5 @@
-"""Building a Prober's probes and sinks from its options, through the plugin registries."""
+"""A Prober's probes and sinks: built from its options through the plugin registries,
+their keys bound to its prefix, and the declarations of those keys."""
 
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ from ._options import (
 from ._plugins import ProbeInfo, collect_sinks, unknown_probe_error, unknown_sink_error
 from ._scheduled import ScheduledProbe
 from ._sinks import JsonlSink, Sink
+from .keys import PROBER_SECTIONS, make_key, prefix_path, sanitize_key, split_key
+from .metrics import PROBER_METRICS, Metric, default_metric, lookup
+
+#: Probes whose ``_flat_sampler`` the Prober uses: they give their values under their
+#: final keys, skipping flatten (a third-party probe always goes through flatten).
+_FLAT_SAMPLERS = ("memprobe.probes.process", "memprobe.probes.gc")
 
 
 def build_probes(
@@ -97,3 +104,30 @@ def discard(probes: list[ScheduledProbe], sinks: list[tuple[str, Sink]]) -> None
             s.close()
         except Exception:
             pass
+
+
+def bind_keys(probes: list[ScheduledProbe], prefix: str) -> None:
+    """Give each probe its overhead key, its bit in a sample's shape, and (built-ins)
+    its flat sampler under ``<prefix>/<name>/``."""
+    head = prefix_path(prefix)
+    for i, sp in enumerate(probes):
+        sp.bit = 4 << i
+        sp.overhead_key = make_key(prefix, "overhead", f"{sp.name}_seconds")
+        fast = getattr(sp.probe, "_flat_sampler", None)
+        if fast is not None and sp.worker is None and type(sp.probe).__module__ in _FLAT_SAMPLERS:
+            sp.fast = fast(f"{head}{sanitize_key(sp.name)}/")
+
+
+def describe_key(key: str, prefix: str, probes: list[ScheduledProbe]) -> Metric:
+    """The declaration of ``key``: from its probe's ``metrics``, from
+    :data:`memprobe.metrics.PROBER_METRICS` for the Prober's own sections, else the default."""
+    try:
+        parts = split_key(key, prefix)
+    except ValueError:
+        return default_metric(key.rpartition("/")[2])
+    if parts.probe in PROBER_SECTIONS:
+        return lookup(PROBER_METRICS[parts.probe], parts.metric)
+    for sp in probes:
+        if sp.name == parts.probe:
+            return lookup(getattr(sp.probe, "metrics", None), parts.metric)
+    return default_metric(parts.metric)

@@ -153,8 +153,8 @@ def flatten(
 
 Plan = tuple[tuple[Any, ...], list[tuple[str, str | None, Any]]]
 PlanRunner = Callable[[dict[Any, Any]], Union[dict[str, Number], None]]
-#: Compiling a plan costs about 1 ms: only a shape seen this many times in a row
-#: is compiled; one that keeps changing stays interpreted (about 10 µs per new shape).
+#: Compiling a plan costs far more than running it (docs/performance.md): only a shape
+#: seen this many times in a row is compiled; one that keeps changing stays interpreted.
 _COMPILE_AFTER = 8
 
 

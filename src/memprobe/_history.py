@@ -71,6 +71,7 @@ class History(Sequence[Sample]):
         self._layout_ids: dict[tuple[tuple[str, ...], tuple[type, ...]], int] = {}
         self._last: _Layout | None = None
         self._last_id = 0
+        self._shape = -1
         self._row_bytes = _MIN_ROW_BYTES
         self._data = bytearray(maxlen * self._row_bytes)
         self._aside: dict[int, Any] = {}  # row -> values (or step, under -1 - row) kept aside
@@ -79,14 +80,21 @@ class History(Sequence[Sample]):
 
     # -- writing -----------------------------------------------------------
     def append(self, time_seconds: float, step: int | None, pid: int,
-               values: Mapping[str, Number]) -> None:
-        """Store one sample (the oldest is dropped when full). ``values`` is copied."""
-        keys = tuple(values)
+               values: Mapping[str, Number], shape: int = -1) -> None:
+        """Store one sample (the oldest is dropped when full). ``values`` is copied.
+
+        :param shape: ``-1``, or a number the caller guarantees to be the same only
+            for values with the same keys, in the same order, of the same types: the
+            same shape as the previous sample's skips comparing keys and types.
+        """
         vals = tuple(values.values())
-        types = tuple(map(type, vals))
         layout = self._last
-        if layout is None or keys != layout.keys or types != layout.types:
-            layout = self._layout(keys, types)
+        if shape < 0 or shape != self._shape or layout is None:
+            keys = tuple(values)
+            types = tuple(map(type, vals))
+            if layout is None or keys != layout.keys or types != layout.types:
+                layout = self._layout(keys, types)
+            self._shape = shape
         n = self._len
         if n < self.maxlen:
             row = self._start + n
@@ -147,6 +155,7 @@ class History(Sequence[Sample]):
     def clear(self) -> None:
         """Forget every sample (the storage is kept)."""
         self._start = self._len = 0
+        self._shape = -1
         self._aside.clear()
 
     # -- reading -----------------------------------------------------------

@@ -1,7 +1,7 @@
 """This process's id without a system call per read.
 
-``os.getpid()`` costs about 0.25 µs on Linux (glibc no longer caches it), and
-a default sample asks for it twice. The value is renewed in a forked child by
+``os.getpid()`` is a system call on Linux (glibc does not cache it), and
+a sample asks for it. The value is renewed in a forked child by
 ``os.register_at_fork``, which runs for ``os.fork()`` and for any fork made
 through ``PyOS_AfterFork_Child`` (multiprocessing's fork start method among them).
 """

@@ -147,7 +147,7 @@ def _entry_points() -> Iterable[Any]:
 
 
 def _load_entrypoints(pm: _PluginManager, skip: set[str]) -> set[str]:
-    """Load the entry-point plugins not in ``skip``; return every entry point's name, lower-cased."""
+    """Load the entry-point plugins not in ``skip``; return all entry-point names, lower-cased."""
     seen: set[tuple[str, str, str]] = set()
     names: set[str] = set()
     for ep in _entry_points():

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pluggy
 
 from ._alarm import LeakAlarm, OnLeak, check_leak_options
-from ._components import build_probes, build_sinks, discard
+from ._components import bind_keys, build_probes, build_sinks, describe_key, discard
 from ._errors import ConfigError, MetricValueError, ProbeError, ProbeFailedWarning, show
 from ._flatten import SiteKeyCap, compiled_flattener, flatten
 from ._history import MAX_HISTORY, History, make_sample
@@ -35,8 +35,8 @@ from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_pro
 from ._sample import Number
 from ._scheduled import ScheduledProbe
 from ._sinks import Sink
-from .keys import PROBER_SECTIONS, make_key, prefix_path, sanitize_key, split_key
-from .metrics import PROBER_METRICS, Metric, default_metric, lookup
+from .keys import make_key
+from .metrics import Metric
 
 if TYPE_CHECKING:  # imported when a report is made: the statistics are not needed to sample
     from ._verdicts import Report
@@ -48,7 +48,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 FRACTION_WINDOW_SECONDS = 1.0
 
 _perf_counter = time.perf_counter
-_BUILTIN = ("memprobe.probes.process", "memprobe.probes.gc")
 _time = time.time
 _get_ident = threading.get_ident
 
@@ -183,13 +182,7 @@ class Prober:
         self._t_start = 0.0
         self._t_first = 0.0
         self._window_probe_seconds = 0.0
-        p = self._prefix_s = prefix_path(prefix)
-        for sp in self._probes:  # the key of each probe's overhead metric, made once
-            sp.overhead_key = make_key(prefix, "overhead", f"{sp.name}_seconds")
-            # Built-in probes give their values under final keys, skipping flatten.
-            fast = getattr(sp.probe, "_flat_sampler", None)
-            if fast is not None and sp.worker is None and type(sp.probe).__module__ in _BUILTIN:
-                sp.fast = fast(f"{p}{sanitize_key(sp.name)}/")
+        bind_keys(self._probes, prefix)
         self._key_sample_seconds = make_key(prefix, "overhead", "sample_seconds")
         self._key_fraction = make_key(prefix, "overhead", "fraction")
         self._hooks = SampleHooks(self._pm, prefix)
@@ -236,16 +229,7 @@ class Prober:
         sections (``overhead``, ``errors``...) from :data:`memprobe.metrics.PROBER_METRICS`;
         anything else (a derived metric) gets :func:`memprobe.metrics.default_metric`.
         """
-        try:
-            parts = split_key(key, self.prefix)
-        except ValueError:
-            return default_metric(key.rpartition("/")[2])
-        if parts.probe in PROBER_SECTIONS:
-            return lookup(PROBER_METRICS[parts.probe], parts.metric)
-        for sp in self._probes:
-            if sp.name == parts.probe:
-                return lookup(getattr(sp.probe, "metrics", None), parts.metric)
-        return default_metric(parts.metric)
+        return describe_key(key, self.prefix, self._probes)
 
     # -- lifecycle --------------------------------------------------------------
     def start(self) -> Prober:
@@ -355,6 +339,7 @@ class Prober:
         budget = self.budget  # without one, only a probe's interval needs the clock
         share = None if budget is None else budget / len(self._probes)
         values: dict[str, Number] | None = None
+        shape = 2  # one bit per probe that ran through its fixed-shape fast sampler
         for sp in self._probes:
             if sp.disabled:
                 continue
@@ -368,6 +353,9 @@ class Prober:
                 flat = fast() if fast is not None and sp.started else None
                 if flat is None:
                     flat = self._sample_probe(sp)
+                    shape = -1
+                elif shape > 0:
+                    shape |= sp.bit
             except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end the job
                 if sp.abandoned:
                     sp.timeouts_count += 1
@@ -406,19 +394,23 @@ class Prober:
         hooks = self._hooks
         if self._any_errors or hooks.errors:
             self._add_errors(values)
+            shape = -1
         if hooks.derive:
             hooks.run_derive(values, self)
+            shape = -1
         t3 = _perf_counter()
         values[self._key_sample_seconds] = t3 - t0
         if self._t_first:
             window = t3 - self._t_first
             if window >= FRACTION_WINDOW_SECONDS:
                 values[self._key_fraction] = self._window_probe_seconds / window
+                if shape > 0:
+                    shape |= 1
         else:
             self._t_first = t3
         now = _time()
         pid = _pid_box[0]
-        self.history.append(now, step, pid, values)
+        self.history.append(now, step, pid, values, shape)
         if self._sinks or hooks.end:
             sample = make_sample(now, step, pid, values)
             for name, s in self._sinks:

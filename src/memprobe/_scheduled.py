@@ -24,6 +24,7 @@ class ScheduledProbe:
     """
 
     __slots__ = (
+        "bit",
         "consecutive_failures",
         "cost_seconds",
         "disabled",
@@ -60,6 +61,7 @@ class ScheduledProbe:
         self.flattener: Flattener | None = None
         #: A built-in probe's own flat sampler (final keys, checked values), or None.
         self.fast: Callable[[], dict[str, Any] | None] | None = None
+        self.bit = 0  # this probe's bit in the Prober's shape of a sample
         self.errors_count = 0
         self.timeouts_count = 0
         self.consecutive_failures = 0

@@ -70,7 +70,8 @@ PROBER_METRICS: Mapping[str, Mapping[str, Metric]] = {
     "overhead": {
         "sample_seconds": Metric("wall time of the whole sample() call", "seconds", "interval"),
         "<probe>_seconds": Metric("time the probe's sample() took", "seconds", "interval"),
-        "fraction": Metric("probe time over wall time since start", "fraction"),
+        "fraction": Metric("probe time over wall time since the first sample, once that "
+                            "window is 1 s long", "fraction"),
     },
     "errors": {"<name>": Metric("failures of a probe or plugin since start", "count", "counter")},
     "timeouts": {"<probe>": Metric("samples over the probe's time limit", "count", "counter")},

@@ -65,7 +65,6 @@ def test_default_filters_leave_out_every_memprobe_package() -> None:
     import os
 
     import memprobe_rllib
-
     from memprobe._sitestats import default_filters
 
     patterns = [f.filename_pattern for f in default_filters()]

@@ -19,8 +19,8 @@ def _open_fd_counter(fd_dir: str) -> int:
     """A kept fd on ``/proc/<pid>/fd`` whose ``st_size`` is the fd count, or -1.
 
     Linux 6.2+ reports the number of open fds as the size of that directory
-    (about 1 µs through ``fstat`` instead of ~12 µs for ``listdir``). Older
-    kernels report 0; then this returns -1 and ``listdir`` is used.
+    (one ``fstat`` instead of a ``listdir``). Older kernels report 0; then
+    this returns -1 and ``listdir`` is used.
     """
     try:
         fd = os.open(fd_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -40,12 +40,12 @@ def _open_fd_counter(fd_dir: str) -> int:
 class ProcessProbe:
     """Process memory (RSS, VMS, shared, data), open file descriptors and threads.
 
-    On Linux it reads ``/proc/self/statm`` and ``/proc/self/stat`` through kept
-    file descriptors (about 2 µs each) and counts fds with one ``fstat`` of
+    On Linux it reads ``/proc/self/statm`` through a kept file descriptor
+    and counts fds with one ``fstat`` of
     ``/proc/self/fd`` (Linux 6.2+; ``listdir`` before) and threads with one
     of ``/proc/self/task``; elsewhere it uses one reused
     ``psutil.Process``. ``full=True`` adds USS/PSS/swap from
-    ``memory_full_info()``, which reads smaps and costs 0.2-3 ms.
+    ``memory_full_info()``, which reads smaps (milliseconds: docs/performance.md).
     """
 
     metrics = {
@@ -203,9 +203,9 @@ class ProcessProbe:
     def _open_task_counter(self, task_dir: str) -> int:
         """A kept fd on ``/proc/<pid>/task`` (one subdirectory per thread), or -1.
 
-        Its link count is the thread count + 2 (about 1 µs through ``fstat``
-        instead of ~4 µs to read and parse ``/proc/<pid>/stat``); checked
-        against ``stat`` once, else ``stat`` is used.
+        Its link count is the thread count + 2 (one ``fstat`` instead of
+        reading and parsing ``/proc/<pid>/stat``); checked against ``stat``
+        once, else ``stat`` is used.
         """
         try:
             fd = os.open(task_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

@@ -16,8 +16,9 @@ from .._tracing import (
     release_tracing,
     started_by_memprobe,
 )
-from ..metrics import Metric
 from ..hookspecs import hookimpl
+from ..metrics import Metric
+
 
 class TracemallocProbe:
     """Traced and peak bytes, the top-N allocation sites and the sites that grew most.
@@ -112,7 +113,7 @@ class TracemallocProbe:
     def _acquire(self) -> None:
         acquire_tracing(self.nframe)
         self._active = True
-        # Released if this probe is collected without stop(): see memprobe._tracing.release_collected.
+        # Released if this probe is collected without stop(): memprobe._tracing.release_collected.
         self._finalizer = weakref.finalize(self, release_collected)
 
     def _release(self) -> None:
