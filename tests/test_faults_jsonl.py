@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,58 @@ def test_path_that_is_a_directory_is_reported_once(tmp_path) -> None:
     with pytest.warns(memprobe.MemprobeWarning, match="Is a directory") as rec:
         prober = _sample_into(tmp_path)
     assert len(rec) == 1 and len(prober.history) == 5
+
+
+# -- hostile files through the public reader (issue 19; the CLI side is tests/cli/test_hostile.py)
+def _good(path: Path, n: int = 3) -> list[str]:
+    with memprobe.Prober(["process"], sink=path, load_entrypoints=False) as prober:
+        for step in range(n):
+            prober.sample(step=step)
+    return path.read_text().splitlines()
+
+
+def test_read_samples_skips_a_recursion_error_line_only(tmp_path: Path) -> None:
+    path = tmp_path / "deep.jsonl"
+    good = _good(path)
+    deep = '{"time": 1, "pid": 1, "values": {}, "t": ' + "[" * 50_000 + "]" * 50_000 + "}"
+    path.write_text("\n".join([good[0], deep, *good[1:]]) + "\n")
+    with pytest.warns(memprobe.MemprobeWarning, match=r"deep\.jsonl:2: bad line skipped "
+                      r"\(RecursionError"):
+        samples = memprobe.read_samples(path)
+    assert [s.step for s in samples] == [0, 1, 2]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "directory"])
+def test_reader_refuses_what_is_not_a_regular_file(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "x.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev_zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+    with pytest.raises(memprobe.JsonlReadError, match=r"not a regular file|is a directory"):
+        memprobe.read_samples(path)
+
+
+def test_reader_reads_gzip_and_refuses_a_file_of_garbage(tmp_path: Path) -> None:
+    import gzip
+
+    plain = tmp_path / "run.jsonl"
+    good = _good(plain)
+    (tmp_path / "run.jsonl.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    assert [s.step for s in memprobe.read_samples(tmp_path / "run.jsonl.gz")] == [0, 1, 2]
+    (tmp_path / "junk.jsonl").write_text("junk\n" * 1000 + good[0] + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(memprobe.JsonlReadError, match="not a memprobe JSONL file"):
+            memprobe.read_samples(tmp_path / "junk.jsonl")
+
+
+def test_reader_keeps_bad_start_lines_as_warnings_once_a_good_line_comes(tmp_path) -> None:
+    path = tmp_path / "r.jsonl"
+    good = _good(path)
+    path.write_text("\n".join(["junk"] * 4 + good) + "\n")
+    with pytest.warns(memprobe.MemprobeWarning) as rec:
+        assert len(memprobe.read_samples(path)) == 3
+    assert [str(w.message).split(": ")[0] for w in rec] == [f"{path}:{n}" for n in range(1, 5)]

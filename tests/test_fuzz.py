@@ -213,6 +213,18 @@ def _read(path: str) -> tuple[list[memprobe.Sample], list[warnings.WarningMessag
     return got, caught
 
 
+def _read_or_refuse(path: str) -> tuple[list[memprobe.Sample] | None, list[Any]]:
+    """The samples and warnings, or None when the file is refused as not memprobe JSONL."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            got: list[memprobe.Sample] | None = read_samples(path)
+        except memprobe.JsonlReadError as exc:
+            assert "not a memprobe JSONL file" in str(exc)
+            got = None
+    return got, caught
+
+
 @FUZZ
 @given(st.binary(max_size=400))
 def test_reader_only_warns_on_any_bytes(data: bytes) -> None:
@@ -220,11 +232,67 @@ def test_reader_only_warns_on_any_bytes(data: bytes) -> None:
         path = os.path.join(d, "fuzz.jsonl")
         with open(path, "wb") as f:
             f.write(data)
-        got, caught = _read(path)
-    assert all(isinstance(s, memprobe.Sample) for s in got)
+        got, caught = _read_or_refuse(path)
+    assert got is None or all(isinstance(s, memprobe.Sample) for s in got)
     for w in caught:
         assert issubclass(w.category, memprobe.MemprobeWarning)
         assert str(w.message).startswith(f"{path}:")
+
+
+# Lines that are never a valid record, built to hurt: arbitrary bytes (NUL and control
+# characters included), nesting far past the recursion limit, numbers past a double.
+hostile = st.one_of(
+    st.binary(max_size=60).filter(lambda b: b"\n" not in b).map(lambda b: b"#" + b),
+    st.integers(2_000, 50_000).map(lambda k: b'{"time": 1, "pid": 1, "values": {}, "t": '
+                                   + b"[" * k + b"]" * k + b"}"),
+    st.integers(2_000, 50_000).map(lambda k: b"{" * k),
+    st.sampled_from([b'{"time": 1e400, "pid": 1, "values": {}}',
+                     b'{"time": 1, "pid": 1, "values": {"k": 1e999}}',
+                     b'{"time": 1, "pid": 1, "values": {"k": -1e400}}',
+                     b'{"time": 1, "pid": 1, "values": {"k": ' + b"9" * 5000 + b"}}",
+                     b'{"time": 1, "pid": 1, "values": {"k": NaN}}',
+                     b'{"time": 1, "pid": 1e30, "values": {}}',
+                     b'\x00\x00{"time": 1, "pid": 1, "values": {}}',
+                     b'{"time": "\x1b[2J", "pid": 1, "values": {}}',
+                     b"\x1f\x8b\x08\x00garbage",
+                     b"\xff\xfe\x00"]),
+)
+
+
+@FUZZ
+@given(st.lists(st.tuples(samples, st.lists(hostile, max_size=3)), max_size=6),
+       st.lists(hostile, max_size=6))
+def test_hostile_lines_lose_only_themselves(items: list[tuple[memprobe.Sample, list[bytes]]],
+                                            head: list[bytes]) -> None:
+    """No exception escapes, every good line is kept; a file that starts with
+    BAD_START_LINES bad lines is refused as a whole, with one error."""
+    from memprobe._jsonl import BAD_START_LINES
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "run.jsonl")
+        sink = memprobe.JsonlSink(path, tags={"role": "fuzz"})
+        expected = []
+        with open(path, "wb") as f:
+            f.write(b"".join(h + b"\n" for h in head))
+        for sample, junk in items:
+            sink.write(sample)
+            expected.append(sample)
+            sink.close()
+            with open(path, "ab") as f:
+                f.write(b"".join(j + b"\n" for j in junk))
+        sink.close()
+        got, caught = _read_or_refuse(path)
+    first_bad = head if expected else head + [j for _, junk in items for j in junk]
+    if len(first_bad) >= BAD_START_LINES or (head and head[0].startswith(b"\x1f\x8b")):
+        assert got is None
+        return
+    assert got is not None
+
+    def fields(s: memprobe.Sample) -> tuple[Any, ...]:
+        return (s.time_seconds, s.step, s.pid, dict(s.values))
+
+    assert [fields(s) for s in got] == [fields(s) for s in expected]
+    assert len(caught) == len(head) + sum(len(j) for _, j in items)
 
 
 @FUZZ
@@ -249,7 +317,10 @@ def test_every_valid_line_round_trips(items: list[tuple[memprobe.Sample, list[st
             with open(path, "a", encoding="utf-8") as f:
                 f.write('{"time": 1.0, "step": 3, "pid": 1, "values": {"memprobe/pro')
         got, caught = _read(path)
-    assert got == expected
+    def fields(s: memprobe.Sample) -> tuple[Any, ...]:
+        return (s.time_seconds, s.step, s.pid, dict(s.values))
+
+    assert [fields(s) for s in got] == [fields(s) for s in expected]
     n_bad = sum(len(j) for _, j in items) + (truncate and bool(expected))
     assert len(caught) == n_bad
     for sample in got:

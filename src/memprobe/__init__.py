@@ -10,6 +10,7 @@ True
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError
+from ._errors import JsonlReadError
 from ._errors import KeyCollisionError
 from ._errors import LeakError
 from ._errors import LeakWarning
@@ -44,6 +45,9 @@ from .keys import split_key
 from .metrics import Metric
 
 if TYPE_CHECKING:
+    from ._jsonl import JsonlRecord
+    from ._jsonl import iter_records
+    from ._jsonl import read_samples
     from ._kinds import KINDS
     from ._verdicts import LEAK_OPTIONS
     from ._verdicts import Report
@@ -58,6 +62,9 @@ __version__ = "0.1.0"
 # Imported when first used: the verdicts need the statistics modules, and
 # check_leaks the Prober and tracemalloc, none of which ``import memprobe`` needs.
 _LAZY = {
+    "JsonlRecord": "._jsonl",
+    "iter_records": "._jsonl",
+    "read_samples": "._jsonl",
     "KINDS": "._kinds",
     "LEAK_OPTIONS": "._verdicts",
     "Report": "._verdicts",
@@ -95,6 +102,7 @@ for _cls in (
     PluginWarning,
     ProbeError,
     ProbeFailedWarning,
+    JsonlReadError,
 ):
     _cls.__module__ = "memprobe"
 del _cls
@@ -105,6 +113,8 @@ __all__ = [
     "LEAK_OPTIONS",
     "ConfigError",
     "History",
+    "JsonlReadError",
+    "JsonlRecord",
     "JsonlSink",
     "KeyCollisionError",
     "LeakAlarm",
@@ -135,8 +145,10 @@ __all__ = [
     "get_plugin_manager",
     "hookimpl",
     "hookspec",
+    "iter_records",
     "make_key",
     "parse_probes",
+    "read_samples",
     "sanitize_key",
     "shorten_path",
     "split_key",

@@ -1,32 +1,64 @@
 """Reading the JSON Lines files written by :class:`memprobe.JsonlSink`.
 
 Each line is ``{"time": unix_seconds, "step": step, "pid": pid, ...tags,
-"values": {key: number}}``. A bad or truncated line (a killed process leaves
-a truncated last one) is skipped with a :class:`memprobe.MemprobeWarning`
-naming the file and the line number; it never fails the read.
+"values": {key: number}}``. The reader is built for files from elsewhere:
+
+- only regular files are read (a FIFO, ``/dev/zero`` or a directory, also
+  behind a symlink, is refused with :class:`JsonlReadError`), so a read never
+  blocks and never grows without bound;
+- the file is streamed line by line; a line longer than
+  :data:`MAX_LINE_BYTES` is skipped unread, so memory stays within a few
+  times that cap whatever the file holds;
+- a gzip file (``run.jsonl.gz``, recognized by its first bytes, whatever its
+  name) is decompressed on the fly;
+- a bad or truncated line (a killed process leaves a truncated last one) is
+  skipped with a :class:`memprobe.MemprobeWarning` naming the file and the
+  line; any exception from one line (``RecursionError`` from deep nesting
+  included) skips that line only;
+- when the first :data:`BAD_START_LINES` lines are all bad, the file is not
+  a memprobe JSONL file: :class:`JsonlReadError` says so, once, instead of one
+  warning per line.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
+import stat
 import warnings
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any, cast
 
 from ._errors import JsonlReadError, MemprobeWarning
 from ._sample import Sample
 
 #: Fields of a line that are not tags.
 RECORD_FIELDS = ("time", "step", "pid", "values")
+#: A line longer than this (bytes, newline excluded) is skipped with a warning.
+MAX_LINE_BYTES = 16 * 2**20
+#: This many bad lines before any good one: not a memprobe JSONL file.
+BAD_START_LINES = 5
+_GZIP_MAGIC = b"\x1f\x8b"
+_END = object()
+_CHUNK = 2**20
 
-__all__ = ["RECORD_FIELDS", "JsonlReadError", "Record", "iter_records", "read_samples"]
+__all__ = [
+    "BAD_START_LINES",
+    "MAX_LINE_BYTES",
+    "RECORD_FIELDS",
+    "JsonlReadError",
+    "JsonlRecord",
+    "iter_records",
+    "read_samples",
+]
 
 
 @dataclass
-class Record:
+class JsonlRecord:
     """One line: the sample, its tags (e.g. ``env_runner``), the file and line it came from."""
 
     sample: Sample
@@ -35,8 +67,24 @@ class Record:
     lineno: int = 0
 
 
-def _parse(line: str) -> tuple[Sample, dict[str, Any]]:
-    obj = json.loads(line)
+def _number(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{name} is not a number: {_clip(repr(v))}")
+    try:
+        f = float(v)
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise ValueError(f"{name} is not a finite number: {_clip(repr(v))}")
+    return f
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _parse(line: bytes) -> tuple[Sample, dict[str, Any]]:
+    obj = json.loads(line.decode("utf-8", errors="replace"))
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     values = obj.get("values")
@@ -44,60 +92,154 @@ def _parse(line: str) -> tuple[Sample, dict[str, Any]]:
         raise ValueError("no 'values' object")
     clean: dict[str, int | float] = {}
     for k, v in values.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"value of {k!r} is not a finite number: {v!r}")
+        _number(f"value of {_clip(repr(k))}", v)
         clean[k] = v
-    t = obj.get("time", 0.0)
-    if isinstance(t, bool) or not isinstance(t, (int, float)):
-        raise ValueError(f"'time' is not a number: {t!r}")
+    t = _number("'time'", obj.get("time", 0.0))
     step = obj.get("step")
     if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
-        raise ValueError(f"'step' is not an int: {step!r}")
+        raise ValueError(f"'step' is not an int: {_clip(repr(step))}")
     pid = obj.get("pid", 0)
     if isinstance(pid, bool) or not isinstance(pid, int):
-        raise ValueError(f"'pid' is not an int: {pid!r}")
+        raise ValueError(f"'pid' is not an int: {_clip(repr(pid))}")
     tags = {k: v for k, v in obj.items() if k not in RECORD_FIELDS}
-    return Sample(float(t), step, pid, clean), tags
+    return Sample(t, step, pid, clean), tags
 
 
-def iter_records(path: str | os.PathLike[str]) -> Iterator[Record]:
-    """The records of one file, in order; bad lines are skipped with a warning.
-
-    :raises JsonlReadError: the file does not exist or cannot be opened.
-    """
-    p = os.fspath(path)
+def _open(p: str) -> IO[bytes] | gzip.GzipFile:
+    """The file opened for binary reading: regular files only, never blocking on open."""
     try:
-        # newline="": lines end at "\n" only, so line numbers are those of an editor or
-        # ``sed -n Np`` (a stray "\r" inside a bad line does not split it).
-        f = open(p, encoding="utf-8", errors="replace", newline="")
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise JsonlReadError(p, "no such file") from None
     except IsADirectoryError:
         raise JsonlReadError(p, "is a directory, not a JSONL file") from None
     except OSError as exc:
         raise JsonlReadError(p, f"cannot be read: {exc.strerror or exc}") from None
-    with f:
-        lines = f.read().split("\n")
-    last = len(lines)
-    if lines and lines[-1] == "":
-        lines.pop()
-        last = len(lines)
-    for lineno, line in enumerate(lines, start=1):
-        line = line.removesuffix("\r")  # CRLF, if the file went through Windows
-        if not line.strip():
-            continue
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise JsonlReadError(p, "is a directory, not a JSONL file")
+        if not stat.S_ISREG(mode):
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a character device"
+                    if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode)
+                    else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+            raise JsonlReadError(p, f"is {kind}, not a regular file; memprobe reads files only")
+        os.set_blocking(fd, True)
+        raw: IO[bytes] = os.fdopen(fd, "rb", buffering=_CHUNK)
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        head = raw.peek(2)[:2] if hasattr(raw, "peek") else b""
+    except OSError as exc:
+        raw.close()
+        raise JsonlReadError(p, f"cannot be read: {exc.strerror or exc}") from None
+    if head == _GZIP_MAGIC:
+        return _Gzip(raw)
+    return raw
+
+
+class _Gzip(gzip.GzipFile):
+    """A gzip stream that closes the file under it too."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
         try:
-            sample, tags = _parse(line)
-        except (ValueError, TypeError) as exc:
-            truncated = lineno == last and not line.endswith("}")
-            what = "truncated last line" if truncated else "bad line"
-            warnings.warn(
-                f"{p}:{lineno}: {what} skipped ({exc})", MemprobeWarning, stacklevel=2
-            )
-            continue
-        yield Record(sample, tags, p, lineno)
+            super().close()
+        finally:
+            self._raw.close()
+
+
+def _lines(f: IO[bytes] | gzip.GzipFile) -> Iterator[bytes | None]:
+    """Each line without its newline; ``None`` for a line over the cap (its bytes skipped)."""
+    while True:
+        line = f.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if line.endswith(b"\n"):
+            yield line[:-1]
+        elif len(line) <= MAX_LINE_BYTES:
+            yield line  # the last line, with no newline
+        else:
+            del line
+            while True:  # skip the rest of the long line, a chunk at a time
+                chunk = f.readline(_CHUNK)
+                if not chunk or chunk.endswith(b"\n"):
+                    break
+            yield None
+
+
+def iter_records(path: str | os.PathLike[str]) -> Iterator[JsonlRecord]:
+    """The records of one file, in order; bad lines are skipped with a warning.
+
+    :raises JsonlReadError: the file does not exist, cannot be opened, is not
+        a regular file, or is not a memprobe JSONL file (its first
+        :data:`BAD_START_LINES` lines are all bad).
+    """
+    p = os.fspath(path)
+    f = _open(p)
+    gzipped = isinstance(f, gzip.GzipFile)
+    held: list[str] = []  # warnings for the bad lines before the first good one
+    good = False
+    lineno = 0
+    with f:
+        try:
+            it = _lines(f)
+            pending: object = next(it, _END)  # one line ahead, to know the last one
+            while pending is not _END:
+                line = cast("bytes | None", pending)
+                lineno += 1
+                pending = next(it, _END)
+                last = pending is _END
+                message = None
+                if line is None:
+                    message = f"line longer than {MAX_LINE_BYTES // 2**20} MiB skipped"
+                else:
+                    line = line.removesuffix(b"\r")  # CRLF, if the file went through Windows
+                    if not line.strip():
+                        continue
+                    try:
+                        sample, tags = _parse(line)
+                    except Exception as exc:  # RecursionError and MemoryError included
+                        truncated = last and not line.rstrip().endswith(b"}")
+                        what = "truncated last line" if truncated else "bad line"
+                        why = str(exc) if isinstance(exc, (ValueError, TypeError)) else (
+                            f"{type(exc).__name__}: {exc}")
+                        message = f"{what} skipped ({_clip(why, 200)})"
+                if message is not None:
+                    text = f"{p}:{lineno}: {message}"
+                    if good:
+                        warnings.warn(text, MemprobeWarning, stacklevel=2)
+                        continue
+                    held.append(text)
+                    if len(held) >= BAD_START_LINES:
+                        raise JsonlReadError(
+                            p, f"not a memprobe JSONL file (its first {len(held)} lines are "
+                            "not samples of the form {\"time\", \"pid\", \"values\": {...}})")
+                    continue
+                if not good:
+                    good = True
+                    for text in held:
+                        warnings.warn(text, MemprobeWarning, stacklevel=2)
+                    held.clear()
+                yield JsonlRecord(sample, tags, p, lineno)
+        except (OSError, EOFError, zlib.error) as exc:  # a cut or corrupt gzip, an I/O error
+            cause = getattr(exc, "strerror", None) or exc
+            if lineno == 0 and gzipped:
+                raise JsonlReadError(p, "not a memprobe JSONL file (it starts like gzip, "
+                                     f"but: {cause})") from None
+            warnings.warn(f"{p}:{lineno + 1}: reading stopped ({cause}); the lines before "
+                          "are kept", MemprobeWarning, stacklevel=2)
+    for text in held:  # a short file with no good line: its few bad lines
+        warnings.warn(text, MemprobeWarning, stacklevel=2)
 
 
 def read_samples(path: str | os.PathLike[str]) -> list[Sample]:
-    """The samples of one file (bad lines skipped with a warning)."""
+    """The samples of one file (bad lines skipped with a warning).
+
+    :raises JsonlReadError: see :func:`iter_records`.
+    """
     return [r.sample for r in iter_records(path)]

@@ -106,14 +106,31 @@ def is_library(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_library_roots())
 
 
-def user_site(tb: Sequence[tuple[str, int]]) -> str:
-    """The site key of a raw traceback (most recent frame first) for ``group_by="user"``."""
+#: memprobe's packages: an allocation whose nearest non-library frame is in one of
+#: them is memprobe's own (its Counter in the stdlib, its lists), never the user's.
+_OWN_DIRS = tuple(
+    os.path.join(os.path.dirname(_MEMPROBE_DIR), name) + os.sep
+    for name in ("memprobe", "memprobe_rllib")
+)
+
+
+def _own(filename: str) -> bool:
+    return filename.startswith(_OWN_DIRS) or filename.startswith("<memprobe ")
+
+
+@functools.lru_cache(maxsize=8192)
+def user_site(tb: tuple[tuple[str, int], ...]) -> str | None:
+    """The site key of a raw traceback (most recent frame first) for ``group_by="user"``,
+    or None when the allocation is memprobe's own (made for it in a library).
+    Cached: the same tracebacks come back at every sample."""
     top = tb[0]
     here = format_site(top[0], top[1])
     if not is_library(top[0]):
         return here
     for filename, lineno in tb[1:]:
         if not is_library(filename):
+            if _own(filename):
+                return None
             return f"{format_site(filename, lineno)}--{here}"
     return here
 
@@ -215,7 +232,9 @@ def stats_from_traces(
         elif user and tb:
             key = keys.get(tb)
             if key is None:
-                key = keys[tb] = user_site(tb)
+                key = keys[tb] = user_site(tb)  # type: ignore[assignment]
+            if key is None:
+                continue
         else:
             key = keys.get(tb)
             if key is None:
@@ -262,7 +281,10 @@ def stats_from_snapshot(
     user = group_by == "user"
     for st in snap.statistics("traceback" if user else group_by):
         if user:  # a Traceback iterates oldest first; user_site wants the raw order
-            key = user_site([(f.filename, f.lineno) for f in reversed(st.traceback)])
+            user_key = user_site(tuple((f.filename, f.lineno) for f in reversed(st.traceback)))
+            if user_key is None:
+                continue
+            key = user_key
         else:
             key = site_key(st.traceback if group_by == "traceback" else st.traceback[:1])
         size, count = out.get(key, (0, 0))

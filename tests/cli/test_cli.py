@@ -141,7 +141,7 @@ def test_unknown_probe_suggests(tmp_path: Path) -> None:
     res = memprobe("run", "--probes", "proces", "x.py", cwd=tmp_path)
     assert res.returncode == 2
     assert res.stdout == ""
-    lines = res.stderr.splitlines()
+    lines = [x for x in res.stderr.splitlines() if not x.startswith("memprobe: warning: ")]
     assert len(lines) == 1 and lines[0].startswith("memprobe: error: probes: unknown probe")
     assert "did you mean 'process'" in lines[0]
 
@@ -152,7 +152,11 @@ def test_probes_lists_metrics_and_costs(tmp_path: Path) -> None:
     out = res.stdout
     for name in ("process", "gc", "tracemalloc", "objects"):
         assert f"\n{name}  (plugin" in "\n" + out
-    assert re.search(r"memprobe/process/rss_bytes +bytes +resident set size", out)
+    # Units and kinds are the probes' declarations (memprobe.metrics), not read from names.
+    assert re.search(r"memprobe/process/rss_bytes +bytes +gauge +resident set size", out)
+    assert re.search(r"memprobe/process/num_fds +count +gauge", out)
+    assert re.search(r"memprobe/gc/gen<N>/collections_count +count +counter", out)
+    assert re.search(r"memprobe/gc/collection_seconds +seconds +interval", out)
     assert re.search(r"memprobe/tracemalloc/traced_bytes +bytes", out)
     assert "per sample, measured here" in out and "n/a" not in out
 

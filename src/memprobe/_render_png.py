@@ -1,0 +1,91 @@
+"""Run summaries as a PNG: memory over time, one panel per metric, leaks marked in red.
+
+Needs matplotlib (the ``plot`` extra); :func:`pyplot` is ``None`` without it.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from . import keys
+from ._format import safe
+from ._runs import RunSummary, fmt
+
+#: Metrics drawn, one panel each, when present (after the run's prefix).
+#: traced_bytes only where filtered_bytes (the one judged) is absent.
+PLOT_METRICS = ("process/rss_bytes", "tracemalloc/filtered_bytes", "tracemalloc/traced_bytes",
+                "process/num_fds", "objects/total_count")
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or ``None`` when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def render(plt: Any, summaries: Sequence[RunSummary]) -> bytes:
+    """The PNG's bytes."""
+    fig = figure(plt, summaries)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
+    """The matplotlib figure: one panel per metric, leaks marked and labelled inside it."""
+    from matplotlib.ticker import MaxNLocator
+
+    t0 = min(s.run.samples[0].time_seconds for s in summaries)
+    shown = {m.short for s in summaries for m in s.metrics}
+    panels = [m for m in PLOT_METRICS if m in shown] or ["process/rss_bytes"]
+    if "tracemalloc/filtered_bytes" in panels and "tracemalloc/traced_bytes" in panels:
+        panels.remove("tracemalloc/traced_bytes")
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 2.6 * len(panels) + 0.6),
+                             sharex=True, squeeze=False)
+    for ax, metric in zip(axes[:, 0], panels):
+        units = {m.unit for s in summaries for m in s.metrics if m.short == metric}
+        mib = "bytes" in units
+        integer = True
+        labels = []
+        for s in summaries:
+            key = keys.prefix_path(s.run.prefix) + metric
+            pts = [(x.time_seconds - t0, x.values[key]) for x in s.run.samples
+                   if key in x.values]
+            if not pts:
+                continue
+            integer = integer and all(float(y).is_integer() for _, y in pts)
+            ys = [y / 2**20 if mib else y for _, y in pts]
+            ax.plot([t for t, _ in pts], ys, label=safe(s.run.label, 60), linewidth=1.4)
+            for m in s.metrics:
+                if m.short == metric and m.detected_at is not None:
+                    t, y = m.detected_at
+                    ax.plot([t - t0], [y / 2**20 if mib else y], marker="v", markersize=11,
+                            color="red", linestyle="none", zorder=5)
+                    rate = m.verdict.rate_per_hour
+                    labels.append(f"leak from {t - t0:.1f} s" + (
+                        f": {fmt(rate, m.unit, True)}/h" if rate is not None else ""))
+        if labels:
+            # Inside the frame, top left, on a white box: never over the frame or the title.
+            ax.text(0.01, 0.95, "; ".join(labels[:2]), transform=ax.transAxes, color="red",
+                    fontsize=9, va="top", ha="left",
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8})
+        if integer and not mib:
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel(metric.replace("_bytes", " (MiB)") if mib else metric, fontsize=8)
+        ax.margins(y=0.2)
+        ax.grid(True, alpha=0.3)
+        if len(summaries) <= 8:
+            ax.legend(loc="lower right", fontsize=8)
+    axes[-1, 0].set_xlabel("seconds since the first sample")
+    fig.suptitle("memprobe: memory over time (red: leak detected)")
+    fig.tight_layout()
+    return fig

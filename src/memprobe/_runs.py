@@ -1,0 +1,278 @@
+"""JSONL files read into runs (one per process) and summarized, without printing.
+
+A run is the samples of one process, told apart by pid and tags (``role``,
+``env_runner``...), whatever the key prefix (``memprobe/`` for ``memprobe run``
+and a plain Prober, ``memprobe/driver/`` for the RLlib driver...). A summary
+holds what every renderer (text, HTML, PNG) shows: per-metric start, end,
+peak, growth and verdict, the notes, the suspect sites, and hints.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import keys
+from ._errors import MemprobeWarning
+from ._jsonl import JsonlReadError, iter_records
+from ._sample import Sample
+from ._verdicts import DEFAULT_METRICS, STATUS_WORDS, analyze, analyze_samples
+from .metrics import PROBER_METRICS, Metric, as_metric, lookup
+
+#: Samples a verdict needs (the ``min_points`` of :func:`memprobe.analyze`).
+MIN_SAMPLES = inspect.signature(analyze).parameters["min_points"].default
+#: The probes that name a leak's source line or type.
+NAMING_PROBES = ("tracemalloc", "objects")
+
+
+@dataclass
+class ProcessRun:
+    """The samples of one process (pid + tags), possibly from several files."""
+
+    pid: int
+    tags: dict[str, Any]
+    files: list[str] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    prefix: str = keys.DEFAULT_PREFIX
+
+    @property
+    def label(self) -> str:
+        """``pid 12 (role=driver, env_runner=0)``: the tags, the command left out."""
+        tags = ", ".join(f"{k}={v}" for k, v in self.tags.items() if k != "command")
+        return f"pid {self.pid}" + (f" ({tags})" if tags else "")
+
+    @property
+    def span_seconds(self) -> float:
+        """Seconds from the first sample to the last."""
+        return self.samples[-1].time_seconds - self.samples[0].time_seconds if self.samples else 0.0
+
+
+@dataclass
+class MetricSummary:
+    """One whole-process metric of a run: start, end, peak, verdict, unit."""
+
+    key: str
+    short: str
+    unit: str
+    start: float
+    end: float
+    peak: float
+    verdict: Any = None
+    #: (time, value) where the leak was first seen, when it leaks.
+    detected_at: tuple[float, float] | None = None
+
+    @property
+    def growth(self) -> float:
+        """End minus start."""
+        return self.end - self.start
+
+    @property
+    def leak(self) -> bool:
+        """The verdict is a leak."""
+        return self.verdict is not None and self.verdict.status == "leak"
+
+
+@dataclass
+class RunSummary:
+    """What the reports show for one run."""
+
+    run: ProcessRun
+    metrics: list[MetricSummary]
+    report: Any
+    notes: list[str]
+    #: ``"top suspects"`` when sites or types leak, else ``"largest allocation sites"``.
+    suspects_title: str
+    suspects: list[tuple[str, str]]
+    #: What to do next: run longer, or name the leaking line.
+    hints: list[str]
+
+    @property
+    def n_leaks(self) -> int:
+        """Leaking whole-process metrics."""
+        return sum(1 for m in self.metrics if m.leak)
+
+
+# -- reading ---------------------------------------------------------------------------------
+def load_runs(
+    files: Sequence[str],
+    *,
+    on_warning: Callable[[str], None] | None = None,
+    on_file: Callable[[int, int, str], None] | None = None,
+) -> list[ProcessRun]:
+    """Read JSONL files into one run per (pid, tags), samples in time order.
+
+    :param on_warning: called with each warning's text (bad lines); default: re-warned.
+    :param on_file: called with ``(i, n, path)`` before each file is read.
+    :raises JsonlReadError: a file is missing, not a regular file, or not memprobe JSONL.
+    """
+    import os
+
+    for path in files:  # every path checked before any is read
+        if not os.path.lexists(path):
+            raise JsonlReadError(path, "no such file")
+    runs: dict[str, ProcessRun] = {}
+    for i, path in enumerate(files, start=1):
+        if on_file is not None:
+            on_file(i, len(files), path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for rec in iter_records(path):
+                gkey = json.dumps([rec.sample.pid, rec.tags], sort_keys=True, default=str)
+                run = runs.get(gkey)
+                if run is None:
+                    run = runs[gkey] = ProcessRun(rec.sample.pid, rec.tags)
+                if path not in run.files:
+                    run.files.append(path)
+                run.samples.append(rec.sample)
+        for w in caught:
+            if on_warning is not None and issubclass(w.category, MemprobeWarning):
+                on_warning(str(w.message))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    out = list(runs.values())
+    for run in out:
+        run.samples.sort(key=lambda s: s.time_seconds)
+        for s in run.samples:
+            prefix = keys.infer_prefix(s.values)
+            if prefix is not None:
+                run.prefix = prefix
+                break
+    return out
+
+
+# -- units -----------------------------------------------------------------------------------
+_DECLARATIONS: dict[str, Mapping[str, Any]] | None = None
+
+
+def declarations() -> Mapping[str, Mapping[str, Any]]:
+    """The metric declarations of every installed probe and of the Prober's own sections."""
+    global _DECLARATIONS
+    if _DECLARATIONS is None:
+        decl: dict[str, Mapping[str, Any]] = dict(PROBER_METRICS)
+        try:
+            from ._plugins import collect_probes, get_plugin_manager
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # `memprobe probes` is where plugin faults show
+                for name, info in collect_probes(get_plugin_manager()).items():
+                    decl.setdefault(name, dict(getattr(info.factory, "metrics", {}) or {}))
+        except Exception:  # a broken plugin: its metrics get the default declaration
+            pass
+        _DECLARATIONS = decl
+    return _DECLARATIONS
+
+
+def describe(key: str, prefix: str) -> Metric:
+    """The declaration of ``key`` (written under ``prefix``), or the default one."""
+    try:
+        parts = keys.split_key(key, prefix)
+    except ValueError:
+        return as_metric(key, None)
+    return lookup(declarations().get(parts.probe), parts.metric)
+
+
+# -- summarizing -----------------------------------------------------------------------------
+def _detection_point(xs: list[float], ys: list[float], ts: list[float], key: str) -> int | None:
+    """Index of the first prefix of the series (checked at up to 24 lengths) judged a leak."""
+    n = len(xs)
+    for m in sorted({max(2, round(n * k / 24)) for k in range(1, 25)}):
+        if analyze(xs[:m], ys[:m], key=key, times=ts[:m]).status == "leak":
+            return m - 1
+    return None
+
+
+def site_of(key: str, prefix: str) -> str:
+    """The site or type a per-site key is about (the key's metric if it names none)."""
+    try:
+        metric = keys.split_key(key, prefix).metric
+    except ValueError:
+        return key
+    return keys.site_name(metric) or metric
+
+
+def _suspects(run: ProcessRun, report: Any, n: int = 5) -> tuple[str, list[tuple[str, str]]]:
+    out: list[tuple[str, str]] = []
+    for v in (*report.sites, *report.types):
+        if v.status == "leak" and len(out) < n:
+            unit = describe(v.key, run.prefix).unit
+            out.append((site_of(v.key, run.prefix),
+                        f"growing {fmt(v.slope_per_step, unit, True)}/step"))
+    if out:
+        return "top suspects", out
+    last = run.samples[-1].values if run.samples else {}
+    top = []
+    for k, v in last.items():
+        try:
+            parts = keys.split_key(k, run.prefix)
+        except ValueError:
+            continue
+        if (parts.probe == "tracemalloc" and parts.metric.startswith("top/")
+                and parts.metric.endswith("/size_bytes")):
+            top.append((keys.site_name(parts.metric) or parts.metric, v))
+    top.sort(key=lambda kv: -kv[1])
+    return "largest allocation sites", [
+        (site, f"{fmt(v, 'bytes')} live at the end") for site, v in top[:n]]
+
+
+def fmt(v: float, unit: str, signed: bool = False) -> str:
+    """A value in its unit (see :func:`memprobe._format.fmt_value`)."""
+    from ._format import fmt_value
+
+    return fmt_value(v, unit, signed)
+
+
+def verdict_text(m: MetricSummary) -> str:
+    """``LEAK +30.8 GiB/h``, ``ok``, ``too few samples`` or ``-`` (not judged)."""
+    v = m.verdict
+    if v is None:
+        return "-"
+    if v.status == "leak":
+        if v.rate_per_hour is not None:
+            return f"LEAK {fmt(v.rate_per_hour, m.unit, True)}/h"
+        return f"LEAK {fmt(v.slope_per_step, m.unit, True)}/step"
+    if v.status == "insufficient":
+        return "too few samples"
+    return STATUS_WORDS.get(v.status, str(v.status))
+
+
+def summarize(run: ProcessRun) -> RunSummary:
+    """The summary of one run: metrics with verdicts, notes, suspects, hints."""
+    report = analyze_samples(run.samples, prefix=run.prefix)
+    head = keys.prefix_path(run.prefix)
+    out: list[MetricSummary] = []
+    for short in DEFAULT_METRICS:
+        key = head + short
+        pts = [(i, s) for i, s in enumerate(run.samples) if key in s.values]
+        if not pts:
+            continue
+        ys = [float(s.values[key]) for _, s in pts]
+        ms = MetricSummary(key, short, describe(key, run.prefix).unit,
+                           ys[0], ys[-1], max(ys), report.verdicts.get(key))
+        if ms.leak:
+            xs = [float(s.step if s.step is not None else i) for i, s in pts]
+            ts = [s.time_seconds for _, s in pts]
+            j = _detection_point(xs, ys, ts, key)
+            if j is not None:
+                ms.detected_at = (ts[j], ys[j])
+        out.append(ms)
+    notes = list(dict.fromkeys(m.verdict.note for m in out if m.leak and m.verdict.note))
+    title, suspects = _suspects(run, report)
+    hints = []
+    if any(m.verdict is not None and m.verdict.status == "insufficient" for m in out):
+        hints.append(f"need {MIN_SAMPLES} samples, got {len(run.samples)} — "
+                     "run longer or lower --interval")
+    probes = {keys.split_key(k, run.prefix).probe for s in run.samples[-1:] for k in s.values
+              if k.startswith(head) and "/" in k[len(head):]}
+    if any(m.leak for m in out) and not probes & set(NAMING_PROBES):
+        hints.append("to name the line that leaks, rerun with --probes process,gc,tracemalloc "
+                     "(or add objects to name the type of object that piles up)")
+    return RunSummary(run, out, report, notes, title, suspects, hints)
+
+
+def summarize_all(runs: Sequence[ProcessRun]) -> list[RunSummary]:
+    """The summaries of the runs that have samples."""
+    return [summarize(r) for r in runs if r.samples]

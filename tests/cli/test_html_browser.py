@@ -1,0 +1,65 @@
+"""The HTML report in a real headless browser (Debian's chromium): the page renders its
+tables and its image. Skipped when chromium is not installed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None,
+                                reason="needs chromium (apt-get install chromium)")
+
+
+def _horizontal_runs(mask, min_len: int) -> int:
+    """Rows of ``mask`` holding a run of at least ``min_len`` True pixels."""
+    import numpy as np
+
+    count = 0
+    for row in mask:
+        padded = np.concatenate(([0], row.astype(np.int8), [0]))
+        edges = np.flatnonzero(np.diff(padded))
+        if len(edges) and (edges[1::2] - edges[::2]).max() >= min_len:
+            count += 1
+    return count
+
+
+def test_the_page_renders_its_tables_and_image(tmp_path: Path) -> None:
+    image = pytest.importorskip("matplotlib.image")
+    (tmp_path / "leaky.py").write_text(
+        "import time\nheld = []\nfor i in range(60):\n"
+        "    held.append(bytearray(200_000))\n    time.sleep(0.01)\n")
+    run = [sys.executable, "-m", "memprobe"]
+    res = subprocess.run([*run, "run", "--probes", "process,gc,tracemalloc", "--interval",
+                          "0.01", "-o", "run.jsonl", "leaky.py"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    res = subprocess.run([*run, "report", "run.jsonl", "--html", "r.html"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    shot = tmp_path / "shot.png"
+    res = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2600",
+         f"--screenshot={shot}", (tmp_path / "r.html").as_uri()],
+        capture_output=True, text=True, timeout=120)
+    assert shot.exists(), res.stderr
+    pixels = image.imread(str(shot))[..., :3]
+    assert pixels.shape[0] >= 2000 and pixels.shape[1] >= 1200
+    rgb = (pixels * 255).round()
+    # The plot: its red leak markers and its coloured lines, drawn from the inlined PNG.
+    red = (rgb[..., 0] > 220) & (rgb[..., 1] < 60) & (rgb[..., 2] < 60)
+    assert red.sum() > 50
+    blue = (rgb[..., 2] > 150) & (rgb[..., 0] < 80)  # matplotlib's first line colour
+    assert blue.sum() > 200
+    # The tables: horizontal cell borders in #ccc, each over 300 px wide.
+    border = (abs(rgb[..., 0] - 204) < 8) & (abs(rgb[..., 1] - 204) < 8) & (
+        abs(rgb[..., 2] - 204) < 8)
+    assert _horizontal_runs(border, 300) >= 8
+    # Text below the image: dark pixels over many rows (headings, cells, suspects).
+    dark_rows = ((rgb.sum(axis=2) < 200).sum(axis=1) > 5).sum()
+    assert dark_rows > 150
