@@ -25,6 +25,9 @@ _BUILTINS = {
     "gc": "memprobe.probes.gc",
     "tracemalloc": "memprobe.probes.tracemalloc",
     "objects": "memprobe.probes.objects",
+    "malloc": "memprobe.probes.malloc",
+    "smaps": "memprobe.probes.smaps",
+    "memray": "memprobe.probes.memray",
 }
 
 
