@@ -192,7 +192,9 @@ def chain_of(
                     continue
                 root = _root(r, node, child)
                 if root is not None:
-                    return Chain(_path(seen, node, obj), root, True)
+                    # a module's or class's namespace dict is named by the root itself
+                    top = child if isinstance(r, (type, types.ModuleType)) else node
+                    return Chain(_path(seen, top, obj), root, True)
             for r in referrers:
                 if id(r) in mine or _ours(r) or id(r) in seen:
                     continue

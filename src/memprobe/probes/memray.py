@@ -62,7 +62,9 @@ class NativeSite:
 
 
 def _own_file(filename: str) -> bool:
-    return filename.startswith(_MEMPROBE_DIR) or f"{os.sep}memray{os.sep}" in filename
+    """memprobe's files, the code it compiles (``<memprobe ...>``), and memray's."""
+    return (filename.startswith((_MEMPROBE_DIR, "<memprobe"))
+            or f"{os.sep}memray{os.sep}" in filename)
 
 
 def _site_of(record: Any, native: bool) -> str | None:
@@ -128,7 +130,7 @@ class MemrayWindow:
         return self._tracker is not None
 
     def open(self) -> None:
-        memray = _memray()
+        memray = _memray()  # imported before tracking: its import is not the user's memory
         directory = self.keep_dir or tempfile.gettempdir()
         stamp = time.strftime("%Y%m%d-%H%M%S")
         fd, path = tempfile.mkstemp(prefix=f"memprobe-memray-{os.getpid()}-{stamp}-",
