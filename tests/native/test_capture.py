@@ -135,7 +135,8 @@ def test_with_tracing_already_on_the_culprits_are_growth_from_a_baseline():
     assert max(sites.values()) >= 64 * 1024
 
 
-_BEFORE_LINE = inspect.getsourcelines(test_with_tracing_already_on_the_culprits_are_growth_from_a_baseline)[1] + 3
+_BEFORE_LINE = inspect.getsourcelines(
+    test_with_tracing_already_on_the_culprits_are_growth_from_a_baseline)[1] + 3
 
 
 def test_native_sites_when_memray_is_installed(leaklib):
@@ -159,7 +160,7 @@ def test_native_sites_when_memray_is_installed(leaklib):
 
 
 def test_finish_before_start_and_bad_options_are_clear():
-    with pytest.raises(memprobe.ProbeError, match="finish.. called before start"):
+    with pytest.raises(memprobe.ProbeError, match=r"finish\(\) called before start"):
         CulpritCapture().finish()
     with pytest.raises(memprobe.ConfigError, match=r"^capture.duration_seconds: "):
         CulpritCapture(duration_seconds=0)

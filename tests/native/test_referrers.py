@@ -39,7 +39,7 @@ class Model:
     def __init__(self) -> None:
         self.weights = Retained(0)
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - the leak under test
+    @functools.cache  # noqa: B019 - the leak under test
     def forward(self, x: int) -> int:
         return x * 2
 
@@ -87,6 +87,7 @@ def test_closure_variable_is_named_with_its_function():
 
 
 def test_lru_cache_on_a_method_holds_self():
+    # functools.cache is lru_cache(maxsize=None)
     for i in range(3):
         Model().forward(i)  # each Model stays alive as part of a cache key
     chains = referrer_chains(Model, samples=3)

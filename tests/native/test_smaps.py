@@ -138,7 +138,7 @@ def test_bad_rollup_option_names_it():
 
 def test_other_platforms_are_unsupported(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
-    with pytest.raises(memprobe.ProbeError, match="unsupported: .*Linux only, not darwin"):
+    with pytest.raises(memprobe.ProbeError, match=r"unsupported: .*Linux only, not darwin"):
         SmapsProbe().start()
 
 

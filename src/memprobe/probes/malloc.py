@@ -46,7 +46,8 @@ class _Libc:
         self.malloc_trim: Any = None
         self.why_unsupported = ""
         if not sys.platform.startswith("linux"):
-            self.why_unsupported = f"glibc malloc statistics exist on Linux only, not {sys.platform}"
+            self.why_unsupported = (
+                f"glibc malloc statistics exist on Linux only, not {sys.platform}")
             return
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
