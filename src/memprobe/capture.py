@@ -88,14 +88,18 @@ class Culprits:
             s, b, c = self.python_sites[0]
             lines.append(f"python: {s} keeps {b} bytes in {c} blocks")
         if self.native_sites:
-            n = self.native_sites[0]
-            lines.append(f"native: {n.site} keeps {n.size_bytes} bytes in {n.count} blocks")
+            ns = self.native_sites[0]
+            lines.append(f"native: {ns.site} keeps {ns.size_bytes} bytes in {ns.count} blocks")
         if self.types:
-            t, n = self.types[0]
-            lines.append(f"objects: {t} +{n}")
+            t, grown = self.types[0]
+            lines.append(f"objects: {t} +{grown}")
         lines.extend(f"held by: {c}" for c in self.holders)
         lines.extend(f"note: {n}" for n in self.notes)
         return "\n".join(lines)
+
+
+#: ``Py_TPFLAGS_HEAPTYPE``: set on classes created by a ``class`` statement.
+_HEAPTYPE = 1 << 9
 
 
 def _type_counts() -> Counter[type]:
@@ -233,9 +237,9 @@ class CulpritCapture:
                             key=lambda tc: (-tc[1], type_name(tc[0])))
             deltas = [(t, d) for t, d in deltas if d > 0][: self.top]
             types = [(type_name(t), d) for t, d in deltas]
-            # The holders walk explains a program's own type: builtins (containers,
-            # functions, code) grow with any leak and with any import.
-            grown_type = next((t for t, _ in deltas if t.__module__ != "builtins"), None)
+            # The holders walk explains a class defined in Python (a heap type): the
+            # C types (containers, functions, weakrefs) grow with any leak and import.
+            grown_type = next((t for t, _ in deltas if t.__flags__ & _HEAPTYPE), None)
             self._types = None
             del now, deltas
         chains: tuple[Chain, ...] = ()

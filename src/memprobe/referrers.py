@@ -99,7 +99,8 @@ def _link(container: Any, child: Any) -> str:
 
 def _root(referrer: Any, node: Any, child: Any) -> str | None:
     """The root ``referrer`` is, holding ``node`` (which holds ``child``), or ``None``."""
-    if isinstance(referrer, types.ModuleType) and getattr(referrer, "__dict__", None) is node:
+    if isinstance(referrer, types.ModuleType) and isinstance(node, dict) and (
+            referrer.__dict__ is node):
         k = _key_of(node, child)
         name = f" global {k!r}" if isinstance(k, str) else ""
         return f"module {referrer.__name__}{name}"
@@ -108,7 +109,8 @@ def _root(referrer: Any, node: Any, child: Any) -> str | None:
         for k, v in node.items():
             if v is child and namespace.get(k) is child:
                 return f"class attribute {type_name(referrer)}.{k}"
-    if isinstance(referrer, types.FunctionType) and referrer.__closure__ is node:
+    if (isinstance(referrer, types.FunctionType) and isinstance(node, tuple)
+            and referrer.__closure__ is node):
         for i, cell in enumerate(node):
             if cell is child:
                 names = referrer.__code__.co_freevars
