@@ -16,6 +16,8 @@ early once tracemalloc's own memory passes it.
 from __future__ import annotations
 
 import gc
+import importlib.util
+import os
 import time
 import tracemalloc
 from collections import Counter
@@ -98,8 +100,21 @@ class Culprits:
         return "\n".join(lines)
 
 
+def _memray_files() -> tuple[str, ...]:
+    """A filename pattern for memray's own Python files (found without importing it)."""
+    try:
+        spec = importlib.util.find_spec("memray")
+    except (ImportError, ValueError):
+        return ()
+    locations = list(spec.submodule_search_locations or ()) if spec else []
+    return tuple(os.path.join(loc, "*") for loc in locations)
+
+
 #: ``Py_TPFLAGS_HEAPTYPE``: set on classes created by a ``class`` statement.
 _HEAPTYPE = 1 << 9
+#: Fewest new instances for a type's holders to be walked: one or two are the
+#: ordinary churn of any program (a cached function, a new iterator).
+_MIN_TYPE_GROWTH = 5
 
 
 def _type_counts() -> Counter[type]:
@@ -151,7 +166,7 @@ class CulpritCapture:
         self._types: Counter[type] | None = None
         self._memray: MemrayWindow | None = None
         self._notes: list[str] = []
-        self._filters = default_filters()
+        self._filters = default_filters(_memray_files())
 
     @property
     def active(self) -> bool:
@@ -216,6 +231,21 @@ class CulpritCapture:
         if tracemalloc.get_tracemalloc_memory() > self.max_overhead_bytes:
             notes.append(f"closed early at {duration:.1f} s: tracemalloc used over "
                          f"{self.max_overhead_bytes} bytes")
+        # Objects first: what finish() itself creates must not count as grown.
+        types: list[tuple[str, int]] = []
+        grown_type: type | None = None
+        if self._types is not None:
+            now = _type_counts()
+            deltas = sorted(((t, c - self._types.get(t, 0)) for t, c in now.items()),
+                            key=lambda tc: (-tc[1], type_name(tc[0])))
+            deltas = [(t, d) for t, d in deltas if d > 0][: self.top]
+            types = [(type_name(t), d) for t, d in deltas]
+            # The holders walk explains a class defined in Python (a heap type): the
+            # C types (containers, functions, weakrefs) grow with any leak and import.
+            grown_type = next((t for t, d in deltas if t.__flags__ & _HEAPTYPE
+                               and d >= _MIN_TYPE_GROWTH), None)
+            self._types = None
+            del now, deltas
         native: list[NativeSite] = []
         if self._memray is not None:
             window, self._memray = self._memray, None
@@ -229,19 +259,6 @@ class CulpritCapture:
             python = tuple(growth(self._baseline, stats, self.top))
         self._baseline = None
         del stats
-        types: list[tuple[str, int]] = []
-        grown_type: type | None = None
-        if self._types is not None:
-            now = _type_counts()
-            deltas = sorted(((t, c - self._types.get(t, 0)) for t, c in now.items()),
-                            key=lambda tc: (-tc[1], type_name(tc[0])))
-            deltas = [(t, d) for t, d in deltas if d > 0][: self.top]
-            types = [(type_name(t), d) for t, d in deltas]
-            # The holders walk explains a class defined in Python (a heap type): the
-            # C types (containers, functions, weakrefs) grow with any leak and import.
-            grown_type = next((t for t, _ in deltas if t.__flags__ & _HEAPTYPE), None)
-            self._types = None
-            del now, deltas
         chains: tuple[Chain, ...] = ()
         if self.holders and grown_type is not None:
             chains = tuple(referrer_chains(grown_type, samples=2,

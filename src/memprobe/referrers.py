@@ -11,6 +11,7 @@ bounded by ``timeout_seconds`` and ``max_depth``; never per sample.
 from __future__ import annotations
 
 import gc
+import os
 import time
 import types
 from collections import deque
@@ -20,7 +21,8 @@ from typing import Any
 
 from ._errors import ConfigError, show
 
-_THIS_FILE = __file__
+#: memprobe's own frames (a capture, a Prober) are never what holds the user's objects.
+_MEMPROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _MAX_REPR = 40
 
 
@@ -149,7 +151,7 @@ def _frame_locals() -> dict[int, str]:
         f: types.FrameType | None = frame
         while f is not None:
             code = f.f_code
-            if code.co_filename != _THIS_FILE:
+            if not code.co_filename.startswith(_MEMPROBE_DIR):
                 where = f"{code.co_name} at {code.co_filename}:{f.f_lineno}"
                 for k, v in f.f_locals.items():
                     out.setdefault(id(v), f"local {k!r} of frame {where}")
@@ -158,7 +160,7 @@ def _frame_locals() -> dict[int, str]:
 
 
 def _ours(obj: Any) -> bool:
-    return isinstance(obj, types.FrameType) and obj.f_code.co_filename == _THIS_FILE
+    return isinstance(obj, types.FrameType) and obj.f_code.co_filename.startswith(_MEMPROBE_DIR)
 
 
 def chain_of(

@@ -55,6 +55,7 @@ def test_alarm_triggered_capture_names_a_leak_that_starts_midway():
     for _ in range(2000):  # the interpreter's own warm-up, before measuring
         _cheap_step()
     prober = memprobe.Prober(probes=["process"], on_leak=on_leak, leak_check_every=50,
+                             load_entrypoints=False,
                              leak_options={"threshold_per_step": 16384}).start()
     result = None
     try:

@@ -131,7 +131,7 @@ def test_fragmentation_grows_free_bytes_with_in_use_flat_and_trim_reclaims_it():
 
 
 def test_prober_reports_malloc_keys_with_their_units(libc):
-    prober = memprobe.Prober(probes=["malloc"]).start()
+    prober = memprobe.Prober(probes=["malloc"], load_entrypoints=False).start()
     try:
         values = prober.sample(force=True)
         blocks = [libc.malloc(4096) for _ in range(2048)]
@@ -171,7 +171,7 @@ def test_unsupported_platform_disables_the_probe_with_one_warning(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
     monkeypatch.setattr(malloc_probe, "_libc", malloc_probe._Libc())
     assert not malloc_probe.supported()
-    prober = memprobe.Prober(probes=["malloc"])
+    prober = memprobe.Prober(probes=["malloc"], load_entrypoints=False)
     with pytest.warns(ProbeFailedWarning, match=r"unsupported: glibc malloc statistics exist "
                       r"on Linux only, not darwin"):
         prober.start()

@@ -37,7 +37,8 @@ def _sites(values: dict, prefix: str = "memprobe/memray/top/") -> dict[str, int]
 def test_names_the_python_line_that_called_a_leaking_c_function(leaklib):
     kept: list[int] = []
     files = _captures()
-    prober = memprobe.Prober(probes={"memray": {"window_steps": 2, "period_steps": 4}}).start()
+    prober = memprobe.Prober(probes={"memray": {"window_steps": 2, "period_steps": 4}},
+                             load_entrypoints=False).start()
     try:
         closed = []
         for _ in range(8):
@@ -92,7 +93,8 @@ def test_allocations_freed_before_the_window_ends_are_not_reported(leaklib):
 
 
 def test_memprobe_own_allocations_are_left_out(leaklib):
-    prober = memprobe.Prober(probes={"memray": {"window_steps": 1, "period_steps": 2}}).start()
+    prober = memprobe.Prober(probes={"memray": {"window_steps": 1, "period_steps": 2}},
+                             load_entrypoints=False).start()
     try:
         prober.sample(force=True)
         values = prober.sample(force=True)  # nothing allocated by the test in between
@@ -150,7 +152,7 @@ def test_bad_options_name_the_option(opts, option):
 
 def test_without_memray_the_probe_is_disabled_with_one_warning(monkeypatch):
     monkeypatch.setitem(sys.modules, "memray", None)  # import memray raises ImportError
-    prober = memprobe.Prober(probes=["memray"])
+    prober = memprobe.Prober(probes=["memray"], load_entrypoints=False)
     with pytest.warns(memprobe.ProbeFailedWarning, match=r"memray is not installed: "
                       r"pip install 'memprobe\[native\]'"):
         prober.start()

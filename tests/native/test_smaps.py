@@ -101,7 +101,7 @@ def test_rollup_false_reads_the_counters_alone():
 
 
 def test_prober_emits_smaps_keys_declared_in_bytes():
-    prober = memprobe.Prober(probes=["smaps"]).start()
+    prober = memprobe.Prober(probes=["smaps"], load_entrypoints=False).start()
     try:
         values = prober.sample(force=True)
     finally:
