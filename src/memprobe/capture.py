@@ -132,6 +132,8 @@ class CulpritCapture:
     :param duration_seconds: how long the windows stay open.
     :param native: open a memray window too: ``True`` (fail if memray is absent),
         ``False``, or ``None`` (where memray is installed).
+    :param native_traces: the memray window records C stacks too, so native sites
+        name the C function (symbolizing costs about 0.7 s the first time in a process).
     :param objects: count live objects by type at start and end.
     :param holders: walk referrer chains of the type that grew most.
     :param top: sites and types kept in each list.
@@ -142,6 +144,7 @@ class CulpritCapture:
 
     duration_seconds: float = 10.0
     native: bool | None = None
+    native_traces: bool = False
     objects: bool = True
     holders: bool = True
     top: int = 10
@@ -184,7 +187,7 @@ class CulpritCapture:
             # must not show up as the user's allocations or new objects.
             try:
                 _memray()
-                window = MemrayWindow(native_traces=False)
+                window = MemrayWindow(native_traces=self.native_traces)
             except ProbeError as exc:
                 if self.native:
                     raise

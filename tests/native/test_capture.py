@@ -149,13 +149,15 @@ def test_native_sites_when_memray_is_installed(leaklib):
         time.sleep(0.01)
 
     try:
-        result = capture_culprits(0.2, workload, native=True, objects=False)
+        result = capture_culprits(0.2, workload, native=True, native_traces=True,
+                                  objects=False)
     finally:
         for p in kept:
             leaklib.release(p)
     assert result.native_sites, result
     top = result.native_sites[0]
     assert top.site.startswith("tests/native/test_capture.py:")
+    assert top.site.endswith("--leaky_alloc")
     assert top.size_bytes >= 100 * 1024
     assert "memray" in result.sections()
 

@@ -161,3 +161,21 @@ def test_without_memray_the_probe_is_disabled_with_one_warning(monkeypatch):
         assert not any(k.startswith("memprobe/memray/") for k in values)
     finally:
         prober.stop()
+
+
+def test_a_forked_child_leaves_the_parents_window_alone(leaklib):
+    window = MemrayWindow()
+    window.open()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if window.close() == [] and not window.active else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    kept = leaklib.leaky_alloc(64 * KiB)
+    sites = window.close()  # the parent's window still tracks and reads its file
+    leaklib.release(kept)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert sum(s.size_bytes for s in sites) >= 64 * KiB

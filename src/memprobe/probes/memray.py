@@ -124,6 +124,7 @@ class MemrayWindow:
         self.path: str | None = None
         self.opened_at = 0.0
         self._tracker: Any = None
+        self._pid = 0  # the process that opened the window
 
     @property
     def active(self) -> bool:
@@ -149,11 +150,22 @@ class MemrayWindow:
         except RuntimeError as exc:  # another Tracker is active in this process
             raise ProbeError("memray", f"cannot open a tracking window: {exc}") from None
         self._tracker = tracker
+        self._pid = os.getpid()
         self.path = path
         self.opened_at = time.perf_counter()
 
+    def _forked(self) -> bool:
+        """A forked child inherits the window object, not the tracking (memray does not
+        follow forks): the tracker and the file are the parent's, left alone."""
+        if self._tracker is not None and self._pid != os.getpid():
+            self._tracker = None
+            return True
+        return False
+
     def close(self) -> list[NativeSite]:
         """Stop tracking; the sites allocated in the window and alive now, largest first."""
+        if self._forked():
+            return []
         tracker, self._tracker = self._tracker, None
         if tracker is None:
             return []
@@ -171,7 +183,7 @@ class MemrayWindow:
 
     def abandon(self) -> None:
         """Stop tracking, discard the capture."""
-        if self._tracker is not None:
+        if not self._forked() and self._tracker is not None:
             self._tracker.__exit__(None, None, None)
             self._tracker = None
             if self.keep_dir is None and self.path:
