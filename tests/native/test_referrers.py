@@ -6,6 +6,8 @@ import functools
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import memprobe
 from memprobe.referrers import Chain, chain_of, referrer_chains
@@ -141,3 +143,37 @@ def test_bad_options_name_the_option(opts, option):
     with pytest.raises(memprobe.ConfigError, match=rf"^{option}: "):
         referrer_chains(Retained, **opts)
 
+
+
+class Box:
+    """A holder with one attribute."""
+
+    def __init__(self, item: object) -> None:
+        self.item = item
+
+
+_WRAPS = {
+    "list": (lambda x: [None, x], "list[1]"),
+    "tuple": (lambda x: (x,), "tuple[0]"),
+    "dict": (lambda x: {"k": x}, "dict['k']"),
+    "attr": (lambda x: Box(x), f"{__name__}.Box.item"),
+}
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(sorted(_WRAPS)), min_size=0, max_size=6))
+def test_chain_lists_every_container_up_to_the_global(wraps):
+    objs = [Retained(0)]  # the caller's own list is never named as a holder
+    holder: object = objs[0]
+    for w in wraps:
+        holder = _WRAPS[w][0](holder)
+    HELD.append(holder)  # type: ignore[arg-type]
+    del holder  # a frame local would be the nearest root
+    try:
+        (c,) = referrer_chains(objs, max_depth=20)
+    finally:
+        HELD.clear()
+    expected = [_WRAPS[w][1] for w in wraps]  # from the object up
+    assert c.complete, str(c)
+    assert list(c.path) == [f"{__name__}.Retained", *expected, "list[0]"]
+    assert c.root == f"module {__name__} global 'HELD'"
