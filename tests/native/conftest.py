@@ -51,3 +51,21 @@ def leaklib(tmp_path_factory):
     lib.release.restype = None
     lib.release.argtypes = [ctypes.c_void_p]
     return lib
+
+
+@pytest.fixture(autouse=True)
+def _no_memray_window_left():
+    """Fail a test that leaves a memray window of memprobe open (its capture file,
+    named after this process, still in the temporary directory)."""
+    import glob
+    import os
+    import tempfile
+
+    pattern = os.path.join(tempfile.gettempdir(), f"memprobe-memray-{os.getpid()}-*")
+    before = set(glob.glob(pattern))
+    yield
+    left = set(glob.glob(pattern)) - before
+    for path in left:
+        os.unlink(path)
+    if left:
+        pytest.fail(f"memray capture files left behind: {sorted(left)}", pytrace=False)

@@ -87,18 +87,18 @@ def test_in_use_growth_is_paid_by_arena_growth_or_free_bytes(libc):
     assert after["in_use_bytes"] - before["in_use_bytes"] < 2 * MiB
 
 
-def test_large_allocations_are_mmapped_chunks_and_in_use(libc):
-    before = malloc_stats()
-    # over the largest mmap threshold glibc's dynamic threshold can reach (32 MiB)
-    blocks = [libc.malloc(48 * MiB) for _ in range(2)]
-    try:
-        during = malloc_stats()
-        assert during["mmap_bytes"] - before["mmap_bytes"] >= 96 * MiB
-        assert during["in_use_bytes"] - before["in_use_bytes"] >= 96 * MiB
-        assert abs(during["arena_bytes"] - before["arena_bytes"]) < 1 * MiB
-    finally:
-        for p in blocks:
-            libc.free(p)
+def test_large_allocations_are_mmapped_chunks_and_in_use():
+    # Over the largest mmap threshold glibc's dynamic threshold reaches (32 MiB), in a
+    # fresh heap (a large free top chunk would serve them without mmap).
+    out = _fresh("""
+        out["before"] = stats()
+        blocks = [libc.malloc(48 << 20) for _ in range(2)]
+        out["during"] = stats()
+    """)
+    before, during = out["before"], out["during"]
+    assert during["mmap_bytes"] - before["mmap_bytes"] >= 96 * MiB
+    assert during["in_use_bytes"] - before["in_use_bytes"] >= 96 * MiB
+    assert abs(during["arena_bytes"] - before["arena_bytes"]) < 1 * MiB
 
 
 # Many small blocks, then all freed but every 50th: the survivors pin the heap at its

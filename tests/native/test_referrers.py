@@ -160,7 +160,8 @@ _WRAPS = {
 }
 
 
-@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(sorted(_WRAPS)), min_size=0, max_size=6))
 def test_chain_lists_every_container_up_to_the_global(wraps):
     objs = [Retained(0)]  # the caller's own list is never named as a holder

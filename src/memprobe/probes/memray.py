@@ -148,6 +148,11 @@ class MemrayWindow:
         try:
             tracker.__enter__()
         except RuntimeError as exc:  # another Tracker is active in this process
+            del tracker
+            try:
+                os.unlink(path)  # the Tracker created it
+            except OSError:
+                pass
             raise ProbeError("memray", f"cannot open a tracking window: {exc}") from None
         self._tracker = tracker
         self._pid = os.getpid()
