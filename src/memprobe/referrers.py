@@ -239,13 +239,25 @@ def _path(seen: dict[int, tuple[Any, int, str]], top: Any, obj: Any) -> tuple[st
     return (type_name(type(obj)), *reversed(steps))
 
 
-def sample_instances(cls: type, n: int) -> list[Any]:
-    """Up to ``n`` live gc-tracked instances of exactly ``cls``, oldest first."""
+def sample_instances(cls: type | str, n: int) -> list[Any]:
+    """Up to ``n`` live gc-tracked instances of exactly ``cls``, oldest first.
+
+    ``cls`` may be a type's name as the ``objects`` probe writes it
+    (``module.QualName``, builtins bare), as in a verdict's key.
+    """
     found: list[Any] = []
     objs = gc.get_objects()
+    names: dict[type, bool] = {}
     try:
         for o in objs:
-            if type(o) is cls:
+            t = type(o)
+            if isinstance(cls, str):
+                hit = names.get(t)
+                if hit is None:
+                    hit = names[t] = type_name(t) == cls
+            else:
+                hit = t is cls
+            if hit:
                 found.append(o)
                 if len(found) >= n:
                     break
@@ -255,7 +267,7 @@ def sample_instances(cls: type, n: int) -> list[Any]:
 
 
 def referrer_chains(
-    target: type | Iterable[Any],
+    target: type | str | Iterable[Any],
     *,
     samples: int = 3,
     max_depth: int = 12,
@@ -263,8 +275,9 @@ def referrer_chains(
 ) -> list[Chain]:
     """Referrer chains of a few instances of a type, or of the given objects.
 
-    :param target: a type (its instances are sampled from ``gc.get_objects()``)
-        or an iterable of objects.
+    :param target: a type (its instances are sampled from ``gc.get_objects()``), a
+        type's name as the ``objects`` probe writes it (``app.Session``), or an
+        iterable of objects.
     :param samples: how many instances to explain.
     :param max_depth: longest chain followed.
     :param timeout_seconds: the whole call's time budget; chains not finished
@@ -281,7 +294,7 @@ def referrer_chains(
                           f"must be a number > 0, got {show(timeout_seconds)}")
     deadline = time.perf_counter() + timeout_seconds
     gc.collect()  # unreachable cycles are nobody's: do not sample them
-    if isinstance(target, type):
+    if isinstance(target, (type, str)):
         objs = sample_instances(target, samples)
     else:
         objs = list(target)[:samples]

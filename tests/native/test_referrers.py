@@ -178,3 +178,12 @@ def test_chain_lists_every_container_up_to_the_global(wraps):
     assert c.complete, str(c)
     assert list(c.path) == [f"{__name__}.Retained", *expected, "list[0]"]
     assert c.root == f"module {__name__} global 'HELD'"
+
+
+def test_a_type_named_as_the_objects_probe_names_it():
+    from memprobe.probes.objects import type_name
+
+    HELD.append(Retained(3))
+    (c,) = referrer_chains(type_name(Retained), samples=1)
+    assert c.root == f"module {__name__} global 'HELD'"
+    assert referrer_chains("no.such.Type") == []
