@@ -11,7 +11,8 @@ Run: ``python benchmarks/native_costs.py [--rounds 60] [--rllib --pairs 6 --step
    window (Python stacks), and a memray window with ``native_traces``.
    Interleaved pairs, medians of the per-pair ratios. Also the cost of opening
    and closing a memray window, and of a ``CulpritCapture`` end to end.
-3. ``--rllib``: PPO CartPole env steps/s with the ``memray`` probe windowed as the
+3. ``referrer_chains`` for one instance among 100k and 1M gc-tracked objects.
+4. ``--rllib``: PPO CartPole env steps/s with the ``memray`` probe windowed as the
    ``tracemalloc`` probe is in ``rllib_tracing.py`` (same harness and pairs).
 """
 
@@ -180,6 +181,34 @@ def tracking_costs(pairs: int) -> None:
               f"{len(result.python_sites)} python sites, {len(result.native_sites)} native")
 
 
+class _Held:
+    pass
+
+
+def referrer_costs() -> None:
+    """One chain of depth 3 (instance <- list <- dict <- module global) among N objects."""
+    from memprobe.referrers import referrer_chains
+
+    global _HOLDER
+    _HOLDER = {"k": [_Held()]}
+    print("\n## referrer_chains, one instance held 3 steps below a module global\n")
+    print("| live gc-tracked objects | ms |")
+    print("|---:|---:|")
+    ballast: list[object] = []
+    for n in (100_000, 1_000_000):
+        ballast.extend([{} for _ in range(n - len(ballast))])
+        t0 = time.perf_counter()
+        (chain,) = referrer_chains(_Held, samples=1, timeout_seconds=30)
+        ms = (time.perf_counter() - t0) * 1e3
+        assert chain.complete, chain
+        print(f"| {n:,} (+ the interpreter's) | {ms:.0f} |")
+    del ballast
+    _HOLDER = None
+
+
+_HOLDER: object = None
+
+
 def rllib(pairs: int, steps: int) -> None:
     import rllib_overhead as ro
     import rllib_tracing as rt
@@ -207,6 +236,7 @@ def main() -> None:
     args = parser.parse_args()
     probe_costs(args.rounds)
     tracking_costs(args.pairs)
+    referrer_costs()
     if args.rllib:
         rllib(args.pairs, args.steps)
 

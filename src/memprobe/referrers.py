@@ -4,7 +4,8 @@ Given a type judged leaking (or some objects), :func:`referrer_chains` samples
 a few instances and, for each, walks ``gc.get_referrers`` upward, breadth
 first, until it reaches a root: a module global, a class attribute, a closure
 variable or a frame's local. Each step costs one scan of every gc-tracked
-object (about 10-30 ms per million objects), so it runs only on demand,
+object, after one ``gc.collect()`` (about 0.2 s for a 3-step chain among a
+million objects: ``benchmarks/native_costs.py``), so it runs only on demand,
 bounded by ``timeout_seconds`` and ``max_depth``; never per sample.
 """
 
