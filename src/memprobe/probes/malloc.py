@@ -123,10 +123,10 @@ def trim_reclaimed_bytes() -> int:
     returns free pages inside the heap with ``madvise``, which changes neither
     ``free_bytes`` nor ``arena_bytes``), or, without ``/proc``, the drop of
     ``arena_bytes``. Another thread allocating meanwhile makes it an
-    underestimate. A large figure confirms
-    allocator hold (fragmentation): memory freed by the program that malloc
-    kept. It costs a walk of every arena (about 1 ms per 100 MiB held) and
-    makes later allocations fault their pages in again, so it is opt-in.
+    underestimate. A large figure confirms allocator hold (fragmentation):
+    memory freed by the program that malloc kept. It walks every arena (27 ms
+    with 75 MiB held, ``benchmarks/native_costs.py``) and makes later
+    allocations fault their pages in again, so it is opt-in.
 
     :raises ProbeError: the C library has no ``mallinfo2()`` or ``malloc_trim()``.
     """
@@ -147,7 +147,7 @@ class MallocProbe:
     Linux with glibc 2.33+ only; elsewhere ``start()`` raises a
     :class:`~memprobe.ProbeError` saying why, so the Prober disables the probe
     with one warning. ``mallinfo2()`` walks each arena's free lists: about
-    1-3 µs on a typical heap, more on a heavily fragmented one
+    3 µs on a typical heap, 0.2-0.5 ms on one fragmented into 200,000 free chunks
     (``benchmarks/native_costs.py``). ``trim=True`` calls ``malloc_trim(0)`` at
     every sample and reports what it reclaimed (costly, and it changes the
     allocator's state: for diagnosis only).
