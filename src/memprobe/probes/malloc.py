@@ -9,8 +9,6 @@ native leak (``in_use_bytes`` grows) from allocator hold or fragmentation
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import struct
 import sys
@@ -20,28 +18,30 @@ from .._errors import ConfigError, ProbeError, show
 from ..hookspecs import hookimpl
 from ..metrics import Metric
 
-
-class _Mallinfo2(ctypes.Structure):
-    """glibc's ``struct mallinfo2`` (glibc 2.33+): every field a ``size_t``."""
-
-    _fields_ = [
-        ("arena", ctypes.c_size_t),  # bytes obtained from the system by sbrk / arena heaps
-        ("ordblks", ctypes.c_size_t),  # free chunks
-        ("smblks", ctypes.c_size_t),  # free fastbin chunks
-        ("hblks", ctypes.c_size_t),  # mmapped chunks
-        ("hblkhd", ctypes.c_size_t),  # bytes in mmapped chunks
-        ("usmblks", ctypes.c_size_t),  # unused (always 0)
-        ("fsmblks", ctypes.c_size_t),  # bytes in free fastbin chunks
-        ("uordblks", ctypes.c_size_t),  # bytes in chunks in use (arenas)
-        ("fordblks", ctypes.c_size_t),  # bytes in free chunks (arenas)
-        ("keepcost", ctypes.c_size_t),  # free bytes at the top, releasable by trimming
-    ]
+#: ``struct mallinfo2`` (glibc 2.33+): ten ``size_t`` fields, in this order.
+_MALLINFO2_FIELDS = (
+    "arena",  # bytes obtained from the system by sbrk / arena heaps
+    "ordblks",  # free chunks
+    "smblks",  # free fastbin chunks
+    "hblks",  # mmapped chunks
+    "hblkhd",  # bytes in mmapped chunks
+    "usmblks",  # unused (always 0)
+    "fsmblks",  # bytes in free fastbin chunks
+    "uordblks",  # bytes in chunks in use (arenas)
+    "fordblks",  # bytes in free chunks (arenas)
+    "keepcost",  # free bytes at the top, releasable by trimming
+)
 
 
 class _Libc:
     """The glibc entry points this module calls, found once per process."""
 
     def __init__(self) -> None:
+        # ctypes is imported here, at the probe's first use, not when the plugin
+        # manager imports this module for every Prober.
+        import ctypes
+        import ctypes.util
+
         self.mallinfo2: Any = None
         self.malloc_trim: Any = None
         self.why_unsupported = ""
@@ -50,7 +50,10 @@ class _Libc:
                 f"glibc malloc statistics exist on Linux only, not {sys.platform}")
             return
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            try:
+                libc = ctypes.CDLL("libc.so.6")
+            except OSError:  # not glibc's soname: find_library runs ldconfig, so second
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
             fn = libc.mallinfo2
         except (OSError, AttributeError):
             self.why_unsupported = (
@@ -58,7 +61,8 @@ class _Libc:
                 "musl and older glibc lack it)"
             )
             return
-        fn.restype = _Mallinfo2
+        fn.restype = type("mallinfo2", (ctypes.Structure,), {
+            "_fields_": [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]})
         fn.argtypes = []
         self.mallinfo2 = fn
         trim = getattr(libc, "malloc_trim", None)
@@ -104,7 +108,7 @@ def malloc_stats() -> dict[str, int]:
     }
 
 
-_unpack = struct.Struct(f"{len(_Mallinfo2._fields_)}N").unpack
+_unpack = struct.Struct(f"{len(_MALLINFO2_FIELDS)}N").unpack
 
 
 def _rss_bytes() -> int:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -131,6 +130,8 @@ class MemrayWindow:
         return self._tracker is not None
 
     def open(self) -> None:
+        import tempfile  # here: it imports random, 6 ms, for every Prober otherwise
+
         memray = _memray()  # imported before tracking: its import is not the user's memory
         directory = self.keep_dir or tempfile.gettempdir()
         stamp = time.strftime("%Y%m%d-%H%M%S")
