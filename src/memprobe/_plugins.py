@@ -27,6 +27,9 @@ _BUILTINS = {
     "tracemalloc": "memprobe.probes.tracemalloc",
     "objects": "memprobe.probes.objects",
     "jsonl": "memprobe._sinks",
+    "malloc": "memprobe.probes.malloc",
+    "smaps": "memprobe.probes.smaps",
+    "memray": "memprobe.probes.memray",
 }
 #: An entry point that takes longer than this to import is reported (it is not stopped:
 #: an import cannot be interrupted safely in the importing process).

@@ -1,0 +1,314 @@
+"""``memray``: native allocation sites still alive at the end of a tracking window.
+
+memray (``pip install memprobe[native]``, Linux and macOS wheels) intercepts
+``malloc``, ``mmap`` and their kin in every loaded library and records each
+allocation with its Python stack, and with ``native_traces=True`` its C stack.
+This probe opens a memray tracking window on a schedule, like the windowed
+``tracemalloc`` probe, and at the window's end reports the sites whose
+allocations made in the window are still alive: the sites that grew.
+
+What memray cannot see: a C function called through a pointer looked up with
+``dlsym`` (``ctypes.CDLL("libc.so.6").malloc``) goes straight to libc's
+``malloc`` and bypasses memray's hooks; the ``malloc`` probe's in-use bytes do
+see it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import ConfigError, ProbeError, show
+from .._flatten import SiteMap
+from ..hookspecs import hookimpl
+from ..keys import format_site
+from ..metrics import Metric
+
+_MEMPROBE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Longest native function name kept in a site (C++ names can be very long).
+_NATIVE_NAME_CHARS = 80
+#: The interpreter's allocator entry points: a native site names the function that called them.
+_PY_ALLOCATOR = re.compile(r"_?Py(Mem|Object)_(Raw)?(Malloc|Calloc|Realloc)")
+
+
+def _memray() -> Any:
+    try:
+        import memray
+    except ImportError:
+        raise ProbeError(
+            "memray", "memray is not installed: pip install 'memprobe[native]' (or memray)"
+        ) from None
+    return memray
+
+
+@dataclass(frozen=True)
+class NativeSite:
+    """Bytes and blocks allocated at one site during a window and still alive at its end.
+
+    ``site`` is the key part: the Python line (``train.py:42``), followed
+    with ``native_traces`` by the innermost named C function
+    (``train.py:42--leaky_alloc``), or that function alone when no Python frame
+    was running (a thread of a C library).
+    """
+
+    site: str
+    size_bytes: int
+    count: int
+
+
+def _own_file(filename: str) -> bool:
+    """memprobe's files, the code it compiles (``<memprobe ...>``), and memray's."""
+    return (filename.startswith((_MEMPROBE_DIR, "<memprobe"))
+            or f"{os.sep}memray{os.sep}" in filename)
+
+
+def _site_of(record: Any, native: bool) -> str | None:
+    """The site key of one memray record; ``None`` for memprobe's or memray's own."""
+    python = ""
+    # An explicit depth: memray's stack_trace() without one drops the outermost frame.
+    frames = record.stack_trace(1)
+    if frames:
+        _function, filename, lineno = frames[0]
+        if _own_file(filename):
+            return None  # allocated by memprobe or memray themselves
+        python = format_site(filename, lineno)
+    name = ""
+    if native:
+        for function, _filename, _lineno in record.native_stack_trace(8):
+            if function and function != "<unknown>" and not _PY_ALLOCATOR.match(function):
+                name = function[:_NATIVE_NAME_CHARS]
+                break
+    if python and name:
+        return f"{python}--{name}"
+    return python or name or "unknown"
+
+
+def read_sites(path: str, *, native: bool = False) -> list[NativeSite]:
+    """The sites of a memray capture file whose allocations were alive when tracking ended.
+
+    Largest first. Allocations whose Python stack is in memprobe's or memray's
+    own files are left out.
+    """
+    memray = _memray()
+    sizes: dict[str, list[int]] = {}
+    with memray.FileReader(path) as reader:
+        for record in reader.get_leaked_allocation_records(merge_threads=True):
+            site = _site_of(record, native)
+            if site is None:
+                continue
+            acc = sizes.setdefault(site, [0, 0])
+            acc[0] += record.size
+            acc[1] += record.n_allocations
+    ranked = sorted(sizes.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    return [NativeSite(site, size, count) for site, (size, count) in ranked]
+
+
+class MemrayWindow:
+    """One memray tracking window of this process, written to a capture file.
+
+    ``open()`` starts tracking, ``close()`` stops it and returns the sites still
+    alive. Only one memray tracker may run in a process at a time: ``open()``
+    raises :class:`~memprobe.ProbeError` if another one runs. The capture file
+    is deleted at ``close()`` unless ``keep_dir`` is given; then it stays there
+    (``memray flamegraph --leaks <file>`` opens it).
+    """
+
+    def __init__(self, *, native_traces: bool = False, keep_dir: str | None = None) -> None:
+        self.native_traces = native_traces
+        self.keep_dir = keep_dir
+        self.path: str | None = None
+        self.opened_at = 0.0
+        self._tracker: Any = None
+        self._pid = 0  # the process that opened the window
+
+    @property
+    def active(self) -> bool:
+        return self._tracker is not None
+
+    def open(self) -> None:
+        import tempfile  # here: it imports random, 6 ms, for every Prober otherwise
+
+        memray = _memray()  # imported before tracking: its import is not the user's memory
+        directory = self.keep_dir or tempfile.gettempdir()
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        fd, path = tempfile.mkstemp(prefix=f"memprobe-memray-{os.getpid()}-{stamp}-",
+                                    suffix=".bin", dir=directory)
+        os.close(fd)
+        os.unlink(path)  # memray refuses to overwrite a file
+        # Aggregated format: memray keeps per-stack totals in memory and writes
+        # them at the end, so the file stays small however much the window allocates.
+        tracker = memray.Tracker(
+            path,
+            native_traces=self.native_traces,
+            file_format=memray.FileFormat.AGGREGATED_ALLOCATIONS,
+        )
+        try:
+            tracker.__enter__()
+        except RuntimeError as exc:  # another Tracker is active in this process
+            del tracker
+            try:
+                os.unlink(path)  # the Tracker created it
+            except OSError:
+                pass
+            raise ProbeError("memray", f"cannot open a tracking window: {exc}") from None
+        self._tracker = tracker
+        self._pid = os.getpid()
+        self.path = path
+        self.opened_at = time.perf_counter()
+
+    def _forked(self) -> bool:
+        """A forked child inherits the window object, not the tracking (memray does not
+        follow forks): the tracker and the file are the parent's, left alone."""
+        if self._tracker is not None and self._pid != os.getpid():
+            self._tracker = None
+            return True
+        return False
+
+    def close(self) -> list[NativeSite]:
+        """Stop tracking; the sites allocated in the window and alive now, largest first."""
+        if self._forked():
+            return []
+        tracker, self._tracker = self._tracker, None
+        if tracker is None:
+            return []
+        tracker.__exit__(None, None, None)
+        path = self.path
+        assert path is not None
+        try:
+            return read_sites(path, native=self.native_traces)
+        finally:
+            if self.keep_dir is None:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+    def abandon(self) -> None:
+        """Stop tracking, discard the capture."""
+        if not self._forked() and self._tracker is not None:
+            self._tracker.__exit__(None, None, None)
+            self._tracker = None
+            if self.keep_dir is None and self.path:
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
+
+
+def ranked_sites(sites: Iterable[NativeSite], top: int) -> SiteMap:
+    """The ``top`` sites as a :class:`SiteMap` of ``{"size_bytes", "count"}``."""
+    return SiteMap(
+        (s.site, {"size_bytes": s.size_bytes, "count": s.count}) for s in list(sites)[:top]
+    )
+
+
+class MemrayProbe:
+    """Native allocation sites alive at the end of a memray tracking window (optional).
+
+    Needs memray (``pip install 'memprobe[native]'``); without it ``start()``
+    raises a :class:`~memprobe.ProbeError` saying so, and the Prober disables
+    the probe with one warning. Tracking runs for ``window_steps`` of every
+    ``period_steps`` samples of this probe: at sample ``k*P`` a window opens,
+    at sample ``k*P + W`` it closes and the sites whose allocations made in
+    the window are still alive are reported, largest first. Opening and
+    closing a window cost about 5-15 ms each; while a window is open every
+    ``malloc`` of the process is recorded (``benchmarks/native_costs.py``).
+    ``native_traces=True`` adds the C function to each site (symbolizing it
+    costs more at the window's end). ``keep_dir`` keeps each window's capture
+    file there for ``memray flamegraph --leaks``.
+    """
+
+    metrics = {
+        "window_active": Metric("1 while a memray tracking window is open, else 0"),
+        "window_seconds": Metric("length of the window that just closed", "seconds", "interval"),
+        "survivors_bytes": Metric("at a window's end: bytes allocated in the window and still "
+                                  "alive, all sites", "bytes", "interval"),
+        "survivors_count": Metric("at a window's end: such allocations, all sites", "count",
+                                  "interval"),
+        "top/<site>/size_bytes": Metric(
+            "at a window's end: bytes allocated at the site during the window and still "
+            "alive (the site's growth over the window)", "bytes", "interval"),
+        "top/<site>/count": Metric(
+            "at a window's end: such allocations at the site", "count", "interval"),
+    }
+
+    def __init__(
+        self,
+        *,
+        window_steps: int = 1,
+        period_steps: int = 10,
+        top: int = 10,
+        native_traces: bool = False,
+        keep_dir: str | None = None,
+    ) -> None:
+        for opt, v, low in (("window_steps", window_steps, 1), ("period_steps", period_steps, 2),
+                            ("top", top, 1)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ConfigError(f"memray.{opt}", f"must be an int >= {low}, got {show(v)}")
+        if window_steps >= period_steps:
+            raise ConfigError("memray.window_steps",
+                              f"must be less than period_steps ({period_steps}), got "
+                              f"{window_steps}")
+        if not isinstance(native_traces, bool):
+            raise ConfigError("memray.native_traces", f"must be a bool, got {show(native_traces)}")
+        if keep_dir is not None and not (isinstance(keep_dir, str) and os.path.isdir(keep_dir)):
+            raise ConfigError("memray.keep_dir", f"must be an existing directory, got "
+                              f"{show(keep_dir)}")
+        self.window_steps = window_steps
+        self.period_steps = period_steps
+        self.top = top
+        self.native_traces = native_traces
+        self.keep_dir = keep_dir
+        self._calls = 0
+        self._window: MemrayWindow | None = None
+
+    def start(self) -> None:
+        _memray()  # fails now, with the reason, when memray is missing
+        self._calls = 0
+
+    def stop(self) -> None:
+        if self._window is not None:
+            self._window.abandon()
+            self._window = None
+
+    def __del__(self) -> None:  # a Prober never stopped must not leave memray tracking
+        try:
+            self.stop()
+        except Exception:
+            pass
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_window=None, _calls=0)
+        return state
+
+    def sample(self) -> dict[str, Any]:
+        phase = self._calls % self.period_steps
+        self._calls += 1
+        window = self._window
+        if phase == 0 and window is None:
+            window = MemrayWindow(native_traces=self.native_traces, keep_dir=self.keep_dir)
+            window.open()
+            self._window = window
+            return {"window_active": 1}
+        if phase == self.window_steps and window is not None:
+            self._window = None
+            seconds = time.perf_counter() - window.opened_at
+            sites = window.close()
+            return {
+                "window_active": 0,
+                "window_seconds": seconds,
+                "survivors_bytes": sum(s.size_bytes for s in sites),
+                "survivors_count": sum(s.count for s in sites),
+                "top": ranked_sites(sites, self.top),
+            }
+        return {"window_active": int(window is not None)}
+
+
+@hookimpl
+def memprobe_register_probes(register: Any) -> None:
+    register("memray", MemrayProbe)
