@@ -20,7 +20,7 @@ def _install(session: nox.Session, extras: str) -> None:
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
     """The test suite, with real Ray/RLlib and the example plugin installed."""
-    _install(session, "test,rllib,plot")
+    _install(session, "test,rllib,plot,native")
     session.install(*CONSTRAINTS, EXAMPLE_PLUGIN)
     session.run("pytest", *(session.posargs or ["-q"]))
 

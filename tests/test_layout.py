@@ -126,17 +126,8 @@ def test_sinks_and_hookspecs_do_not_import_the_engine() -> None:
         assert "memprobe._prober" not in graph[low], low
 
 
-#: Modules another helper of the redesign is splitting (issue 15): not yet split here.
-OWNED_ELSEWHERE = {"cli.py": "the cli helper splits cli.py (issue 15)"}
-
-
 def _module_params() -> list:
-    out = []
-    for p in sorted(PACKAGE.rglob("*.py")):
-        reason = OWNED_ELSEWHERE.get(p.name) if p.parent == PACKAGE else None
-        marks = [pytest.mark.xfail(reason=reason, strict=False)] if reason else []
-        out.append(pytest.param(p, id=str(p.relative_to(PACKAGE)), marks=marks))
-    return out
+    return [pytest.param(p, id=str(p.relative_to(PACKAGE))) for p in sorted(PACKAGE.rglob("*.py"))]
 
 
 @pytest.mark.parametrize("path", _module_params())
@@ -163,15 +154,12 @@ def _private_imports(path: pathlib.Path) -> list[str]:
     return bad
 
 
-@pytest.mark.xfail(reason="memprobe_rllib is the rllib helper's (issue 15): it imports "
-                   "memprobe._errors and memprobe._prober", strict=False)
-def test_the_rllib_adapter_imports_no_private_memprobe_names() -> None:
-    bad = [b for p in sorted((SRC / "memprobe_rllib").rglob("*.py")) for b in _private_imports(p)]
+def test_the_integrations_import_no_private_memprobe_names() -> None:
+    bad = [b for pkg in ("memprobe_rllib", "memprobe_ray") for p in sorted((SRC / pkg).rglob("*.py"))
+           for b in _private_imports(p)]
     assert not bad, bad
 
 
-@pytest.mark.xfail(reason="cli.py is the cli helper's (issue 15): it imports leaks._name "
-                   "and leaks._short", strict=False)
 def test_the_cli_imports_no_private_names_of_other_memprobe_modules() -> None:
     """The CLI is part of the package but a layer on top: it asks the public API."""
     paths = [PACKAGE / "cli.py", *sorted((PACKAGE / "cli").rglob("*.py"))]
