@@ -7,24 +7,15 @@
 >>> analyze(xs, [1000 + (x % 7) for x in xs]).status
 'ok'
 
-A series is judged after its warm-up (:func:`memprobe.trend.auto_warmup`).
-Its trend is **significant** when it has at least ``min_points`` points, the
-lower bound of the slope's confidence interval is above ``threshold_per_step``,
-and the fitted growth over the window exceeds ``effect_sigmas`` times the
-robust noise. A significant trend is then:
-
-- ``"levelled"`` (levelled off) when the last half of the window no longer grows:
-  a cache that filled, an allocator that warmed up;
-- ``"slight"`` (growing slightly) when the growth over the window is smaller than
-  ``min_growth``: real, but too small to act on (:func:`analyze_samples` sets it
-  from the metric's unit and the process's size);
-- ``"leak"`` otherwise.
-
-A series that is not significant is ``"ok"``, or ``"levelled"`` when what its
-warm-up dropped had grown. :func:`analyze_samples` also says which **kind** of
-growth a leak is (:data:`KINDS`) and names its culprits. A *step* is one sample
-(one call in :func:`memprobe.check_leaks`); ``rate_per_hour`` is given
-beside it when the samples have times.
+A series is judged after its warm-up (:func:`memprobe.trend.auto_warmup`). Its
+trend is *significant* when the lower bound of the slope's interval is above
+``threshold_per_step`` and the growth over the window exceeds ``effect_sigmas``
+times the robust noise. A significant trend is ``"levelled"`` when the last
+half of the window no longer grows, ``"slight"`` when it grew less than
+``min_growth`` (too small to act on), else ``"leak"``. Otherwise it is
+``"ok"``, or ``"levelled"`` when its warm-up grew. :func:`analyze_samples`
+also says which kind of growth a leak is (:data:`KINDS`) and names culprits.
+A step is one sample (one call in :func:`memprobe.check_leaks`).
 """
 
 from __future__ import annotations
