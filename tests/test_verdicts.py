@@ -384,3 +384,20 @@ def test_a_chain_site_reads_as_caller_then_library_line() -> None:
     report = memprobe.analyze_samples(samples)
     assert report.sites[0].site == "my_env.py:26 → numpy/_core/numeric.py:232"
     assert report.culprit == "my_env.py:26 → numpy/_core/numeric.py:232"
+
+
+def test_tracemalloc_own_memory_is_not_the_users_rss() -> None:
+    # rss grows exactly as tracemalloc's own tables (tracemalloc/overhead_bytes) do:
+    # memprobe's memory, not the user's, so the resident size does not leak.
+    samples = [memprobe.Sample(1.0 + i, i, 1, {
+        "memprobe/overhead/sample_seconds": 1e-5,
+        "memprobe/process/rss_bytes": 9e7 + 65536 * i + 4096 * (i % 3),
+        "memprobe/tracemalloc/overhead_bytes": 1e6 + 65536 * i,
+        "memprobe/tracemalloc/filtered_bytes": 5e6 + 8 * (i % 5)}) for i in range(60)]
+    report = memprobe.analyze_samples(samples)
+    assert not report.has_leak, report
+    leaking = [dict(s.values, **{"memprobe/process/rss_bytes": s.values[
+        "memprobe/process/rss_bytes"] + 65536 * s.step}) for s in samples]
+    again = memprobe.analyze_samples(
+        [memprobe.Sample(s.time_seconds, s.step, 1, v) for s, v in zip(samples, leaking)])
+    assert again.get("process/rss_bytes").leaking and again.kind == "native", again

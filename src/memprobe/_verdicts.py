@@ -30,7 +30,7 @@ from . import _kinds
 from ._errors import ConfigError, show
 from ._sample import Sample
 from .trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
-from .keys import DEFAULT_PREFIX, infer_prefix, short_key, site_name, split_key
+from .keys import DEFAULT_PREFIX, infer_prefix, make_key, short_key, site_name, split_key
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -66,8 +66,7 @@ LEAK_OPTIONS = frozenset({
     "max_points", "autocorrelation",
 })
 
-#: The last-half check of :func:`analyze` needs at least this many points.
-_LATE_MIN_POINTS = 10
+_LATE_MIN_POINTS = 10  # points the last-half check of analyze() needs
 
 
 def format_culprit(site: str) -> str:
@@ -228,8 +227,7 @@ class Report:
         kind = self.kind
         return KINDS[kind] if kind else None
 
-    # The same, under the names of the first release.
-    leak = has_leak
+    leak = has_leak  # the names of the first release
     leaks = leaking
     grew = leaking_metrics
     suspects = culprits
@@ -364,23 +362,29 @@ def analyze(
 # -- many metrics ----------------------------------------------------------------
 
 
-def _series(samples: Sequence[Sample]) -> dict[str, tuple[list[float], list[float], list[float]]]:
+def _series(samples: Sequence[Sample], prefix: str
+            ) -> dict[str, tuple[list[float], list[float], list[float]]]:
+    """``{key: (xs, ys, times)}``; the resident sizes less tracemalloc's own memory
+    (``tracemalloc/overhead_bytes``, its latest value), which is memprobe's, not the user's."""
     out: dict[str, tuple[list[float], list[float], list[float]]] = {}
+    own_key = make_key(prefix, "tracemalloc", "overhead_bytes")
+    resident = {make_key(prefix, "process", m) for m in _kinds.RESIDENT}
+    own = 0.0
     for i, s in enumerate(samples):
         x = float(s.step if s.step is not None else i)
+        own = float(s.values.get(own_key, own))
         for k, v in s.values.items():
             t = out.get(k)
             if t is None:
                 t = out[k] = ([], [], [])
             t[0].append(x)
-            t[1].append(float(v))
+            t[1].append(float(v) - own if k in resident else float(v))
             t[2].append(s.time_seconds)
     return out
 
 
 def _prefix_of(samples: Sequence[Sample]) -> str:
-    """The samples' prefix: from the key every Prober sample has, else ``memprobe``
-    when the keys start with it, else none."""
+    """From the key every Prober sample has, else ``memprobe`` if the keys start with it."""
     for s in samples[:3]:
         p = infer_prefix(s.values)
         if p is not None:
@@ -391,13 +395,11 @@ def _prefix_of(samples: Sequence[Sample]) -> str:
     return ""
 
 
-def _threshold(v_key: str, short: str, thresholds: Mapping[str, float] | None,
+def _threshold(key: str, short: str, thresholds: Mapping[str, float] | None,
                default: float) -> float:
-    if thresholds:
-        if v_key in thresholds:
-            return float(thresholds[v_key])
-        if short in thresholds:
-            return float(thresholds[short])
+    for k in (key, short) if thresholds else ():
+        if k in thresholds:  # type: ignore[operator]
+            return float(thresholds[k])  # type: ignore[index]
     return default
 
 
@@ -444,7 +446,7 @@ def analyze_samples(
     samples = list(samples)
     if prefix is None:
         prefix = _prefix_of(samples)
-    series = _series(samples)
+    series = _series(samples, prefix)
     shorts = {k: short_key(k, prefix) for k in series}
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if metrics is None and _kinds.FILTERED in shorts.values():
@@ -469,7 +471,7 @@ def analyze_samples(
         else:
             group.append(v)
 
-    def rank(vs: list[Verdict]) -> tuple[Verdict, ...]:
+    def rank(vs: list[Verdict]) -> tuple[Verdict, ...]:  # leaking and fastest first
         return tuple(sorted(vs, key=lambda v: (not v.leaking, -v.slope_per_step, v.key)))
 
     sites_r, types_r = rank(site_v), rank(type_v)
@@ -484,8 +486,7 @@ def analyze_samples(
 
 
 def _site_probe(key: str, prefix: str) -> str | None:
-    """The probe of a per-site or per-type size/count key (``top/<name>/size_bytes``
-    or ``top/<name>/count``), else None."""
+    """The probe of a ``top/<name>/size_bytes`` or ``top/<name>/count`` key, else None."""
     try:
         parts = split_key(key, prefix)
     except ValueError:
