@@ -16,7 +16,7 @@ from memprobe.trend import auto_warmup
 ints = st.integers(min_value=-10_000, max_value=10_000)
 
 
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None)
 @given(
     noise=st.lists(st.integers(-1000, 1000), min_size=25, max_size=60),
     c=ints,
@@ -34,7 +34,7 @@ def test_invariance_and_monotonicity(noise: list[int], c: int, shift: int) -> No
     assert tilted.slope_low >= base.slope_low - 1e-9
 
 
-@settings(max_examples=30)
+@settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_flat_noise_permuted_is_not_a_leak(seed: int) -> None:
     rng = random.Random(seed)
@@ -60,6 +60,14 @@ def test_step_then_plateau_is_warmup_not_leak() -> None:
     assert v.status == "levelled", v.describe()  # it grew, then levelled off
     assert v.warmup_points >= 20
     assert auto_warmup(xs, [3 * x for x in xs]) == 0  # a steady leak has no warm-up
+
+
+def test_growth_on_too_few_points_to_tell_from_a_warmup_is_insufficient() -> None:
+    xs = list(range(39))
+    v = memprobe.analyze(xs, [1000 * x for x in xs])
+    assert v.status == "insufficient" and v.slope_per_step == 1000 and "+1000" in v.describe()
+    assert memprobe.analyze(xs + [39], [1000 * x for x in xs + [39]]).leaking
+    assert memprobe.analyze(xs, [1000 * x for x in xs], warmup=0).leaking
 
 
 def test_insufficient_and_rate_per_hour() -> None:
@@ -144,7 +152,7 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
     keep = []
     with memprobe.Prober(["process"], on_leak="warn", leak_check_every=10) as prober:
         with pytest.warns(memprobe.LeakWarning) as caught:
-            for i in range(40):
+            for i in range(60):  # a leak is told from a warm-up from 40 points on
                 keep.append(_fresh_mib())
                 prober.sample(step=i)
     messages = [str(w.message) for w in caught]
@@ -157,7 +165,7 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
 
     with memprobe.Prober(["process"], on_leak=broken, leak_check_every=5) as prober:
         with pytest.warns(memprobe.ProbeFailedWarning, match="leak_alarm"):
-            for i in range(30):
+            for i in range(50):
                 keep.append(_fresh_mib())
                 prober.sample(step=i)
     with pytest.raises(memprobe.ConfigError, match="on_leak"):

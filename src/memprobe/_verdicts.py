@@ -12,9 +12,10 @@ trend is *significant* when the lower bound of the slope's interval is above
 ``threshold_per_step`` and the growth over the window exceeds ``effect_sigmas``
 times the robust noise. A significant trend is ``"levelled"`` when the last
 half of the window no longer grows, ``"slight"`` when it grew less than
-``min_growth`` (too small to act on), else ``"leak"``. Otherwise it is
-``"ok"``, or ``"levelled"`` when its warm-up grew. :func:`analyze_samples`
-also says which kind of growth a leak is (:data:`KINDS`) and names culprits.
+``min_growth`` (too small to act on), ``"insufficient"`` on fewer than
+2 x ``min_points`` points with ``warmup="auto"`` (too few to tell from a warm-up),
+else ``"leak"``. Otherwise it is ``"ok"``, or ``"levelled"`` when its warm-up
+grew. :func:`analyze_samples` names the kind (:data:`KINDS`) and culprits of a leak.
 A step is one sample (one call in :func:`memprobe.check_leaks`).
 """
 
@@ -146,7 +147,7 @@ class Verdict:
     def describe(self) -> str:
         """One line: metric, status, rate per step and per hour, kind, culprits."""
         s = f"{self.metric}: {STATUS_WORDS.get(self.status, self.status)}"
-        if self.status != "insufficient":
+        if self.n_points and self.slope_high:
             s += (
                 f", {_amount(self.slope_per_step, self.key)}/{self.step} "
                 f"[{self.slope_low:+.4g}, {self.slope_high:+.4g}]"
@@ -348,6 +349,8 @@ def analyze(
                 status = "levelled"
         if status == "leak" and growth < min_growth:
             status = "slight"
+        elif status == "leak" and warmup == "auto" and n < 2 * min_points:
+            status = "insufficient"  # too few points to tell this growth from a warm-up
     else:
         status = "ok"
         if k:
