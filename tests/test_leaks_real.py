@@ -192,6 +192,9 @@ def test_memprobe_own_history_is_not_a_python_leak() -> None:
     assert filtered is not None and filtered.status == "ok" and filtered.n_points >= 150, filtered
     assert report.get("tracemalloc/traced_bytes") is None  # not judged when filtered exists
     assert not report.has_leak, report
+    # Asked for by name, traced bytes are judged, memprobe's own bytes included.
+    traced = memprobe.analyze_samples(prober.history, metrics=["tracemalloc/traced_bytes"])
+    assert traced.get("tracemalloc/traced_bytes") is not None
 
 
 def test_library_allocation_is_named_at_the_users_line() -> None:

@@ -16,7 +16,7 @@ from memprobe.trend import auto_warmup
 ints = st.integers(min_value=-10_000, max_value=10_000)
 
 
-@settings(max_examples=50)
+@settings(max_examples=50, deadline=None)
 @given(
     noise=st.lists(st.integers(-1000, 1000), min_size=25, max_size=60),
     c=ints,
@@ -34,7 +34,7 @@ def test_invariance_and_monotonicity(noise: list[int], c: int, shift: int) -> No
     assert tilted.slope_low >= base.slope_low - 1e-9
 
 
-@settings(max_examples=30)
+@settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_flat_noise_permuted_is_not_a_leak(seed: int) -> None:
     rng = random.Random(seed)
@@ -60,6 +60,14 @@ def test_step_then_plateau_is_warmup_not_leak() -> None:
     assert v.status == "levelled", v.describe()  # it grew, then levelled off
     assert v.warmup_points >= 20
     assert auto_warmup(xs, [3 * x for x in xs]) == 0  # a steady leak has no warm-up
+
+
+def test_growth_on_too_few_points_to_tell_from_a_warmup_is_insufficient() -> None:
+    xs = list(range(39))
+    v = memprobe.analyze(xs, [1000 * x for x in xs])
+    assert v.status == "insufficient" and v.slope_per_step == 1000 and "+1000" in v.describe()
+    assert memprobe.analyze(xs + [39], [1000 * x for x in xs + [39]]).leaking
+    assert memprobe.analyze(xs, [1000 * x for x in xs], warmup=0).leaking
 
 
 def test_insufficient_and_rate_per_hour() -> None:
@@ -144,7 +152,7 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
     keep = []
     with memprobe.Prober(["process"], on_leak="warn", leak_check_every=10) as prober:
         with pytest.warns(memprobe.LeakWarning) as caught:
-            for i in range(40):
+            for i in range(60):  # a leak is told from a warm-up from 40 points on
                 keep.append(_fresh_mib())
                 prober.sample(step=i)
     messages = [str(w.message) for w in caught]
@@ -157,7 +165,7 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
 
     with memprobe.Prober(["process"], on_leak=broken, leak_check_every=5) as prober:
         with pytest.warns(memprobe.ProbeFailedWarning, match="leak_alarm"):
-            for i in range(30):
+            for i in range(50):
                 keep.append(_fresh_mib())
                 prober.sample(step=i)
     with pytest.raises(memprobe.ConfigError, match="on_leak"):
@@ -384,3 +392,20 @@ def test_a_chain_site_reads_as_caller_then_library_line() -> None:
     report = memprobe.analyze_samples(samples)
     assert report.sites[0].site == "my_env.py:26 → numpy/_core/numeric.py:232"
     assert report.culprit == "my_env.py:26 → numpy/_core/numeric.py:232"
+
+
+def test_tracemalloc_own_memory_is_not_the_users_rss() -> None:
+    # rss grows exactly as tracemalloc's own tables (tracemalloc/overhead_bytes) do:
+    # memprobe's memory, not the user's, so the resident size does not leak.
+    samples = [memprobe.Sample(1.0 + i, i, 1, {
+        "memprobe/overhead/sample_seconds": 1e-5,
+        "memprobe/process/rss_bytes": 9e7 + 65536 * i + 4096 * (i % 3),
+        "memprobe/tracemalloc/overhead_bytes": 1e6 + 65536 * i,
+        "memprobe/tracemalloc/filtered_bytes": 5e6 + 8 * (i % 5)}) for i in range(60)]
+    report = memprobe.analyze_samples(samples)
+    assert not report.has_leak, report
+    leaking = [dict(s.values, **{"memprobe/process/rss_bytes": s.values[
+        "memprobe/process/rss_bytes"] + 65536 * s.step}) for s in samples]
+    again = memprobe.analyze_samples(
+        [memprobe.Sample(s.time_seconds, s.step, 1, v) for s, v in zip(samples, leaking)])
+    assert again.get("process/rss_bytes").leaking and again.kind == "native", again

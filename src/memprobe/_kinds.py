@@ -28,6 +28,8 @@ KINDS: Mapping[str, str] = {
     "threads": "threads started and never ended",
 }
 
+#: Process metrics that count resident memory, tracemalloc's own tables included.
+RESIDENT = ("rss_bytes", "uss_bytes", "pss_bytes")
 FILTERED = "tracemalloc/filtered_bytes"
 TRACED = "tracemalloc/traced_bytes"
 

@@ -118,11 +118,11 @@ def _own(filename: str) -> bool:
     return filename.startswith(_OWN_DIRS) or filename.startswith("<memprobe ")
 
 
-@functools.lru_cache(maxsize=8192)
-def user_site(tb: tuple[tuple[str, int], ...]) -> str | None:
+def user_site(tb: Sequence[tuple[str, int]]) -> str | None:
     """The site key of a raw traceback (most recent frame first) for ``group_by="user"``,
     or None when the allocation is memprobe's own (made for it in a library).
-    Cached: the same tracebacks come back at every sample."""
+    Not cached across samples: a cache of tracebacks would grow the process itself
+    (``is_library`` and the path shortening are cached per file name)."""
     top = tb[0]
     here = format_site(top[0], top[1])
     if not is_library(top[0]):

@@ -7,24 +7,16 @@
 >>> analyze(xs, [1000 + (x % 7) for x in xs]).status
 'ok'
 
-A series is judged after its warm-up (:func:`memprobe.trend.auto_warmup`).
-Its trend is **significant** when it has at least ``min_points`` points, the
-lower bound of the slope's confidence interval is above ``threshold_per_step``,
-and the fitted growth over the window exceeds ``effect_sigmas`` times the
-robust noise. A significant trend is then:
-
-- ``"levelled"`` (levelled off) when the last half of the window no longer grows:
-  a cache that filled, an allocator that warmed up;
-- ``"slight"`` (growing slightly) when the growth over the window is smaller than
-  ``min_growth``: real, but too small to act on (:func:`analyze_samples` sets it
-  from the metric's unit and the process's size);
-- ``"leak"`` otherwise.
-
-A series that is not significant is ``"ok"``, or ``"levelled"`` when what its
-warm-up dropped had grown. :func:`analyze_samples` also says which **kind** of
-growth a leak is (:data:`KINDS`) and names its culprits. A *step* is one sample
-(one call in :func:`memprobe.check_leaks`); ``rate_per_hour`` is given
-beside it when the samples have times.
+A series is judged after its warm-up (:func:`memprobe.trend.auto_warmup`). Its
+trend is *significant* when the lower bound of the slope's interval is above
+``threshold_per_step`` and the growth over the window exceeds ``effect_sigmas``
+times the robust noise. A significant trend is ``"levelled"`` when the last
+half of the window no longer grows, ``"slight"`` when it grew less than
+``min_growth`` (too small to act on), ``"insufficient"`` on fewer than
+2 x ``min_points`` points with ``warmup="auto"`` (too few to tell from a warm-up),
+else ``"leak"``. Otherwise it is ``"ok"``, or ``"levelled"`` when its warm-up
+grew. :func:`analyze_samples` names the kind (:data:`KINDS`) and culprits of a leak.
+A step is one sample (one call in :func:`memprobe.check_leaks`).
 """
 
 from __future__ import annotations
@@ -39,7 +31,7 @@ from . import _kinds
 from ._errors import ConfigError, show
 from ._sample import Sample
 from .trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
-from .keys import DEFAULT_PREFIX, infer_prefix, short_key, site_name, split_key
+from .keys import DEFAULT_PREFIX, infer_prefix, make_key, short_key, site_name, split_key
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -75,8 +67,7 @@ LEAK_OPTIONS = frozenset({
     "max_points", "autocorrelation",
 })
 
-#: The last-half check of :func:`analyze` needs at least this many points.
-_LATE_MIN_POINTS = 10
+_LATE_MIN_POINTS = 10  # points the last-half check of analyze() needs
 
 
 def format_culprit(site: str) -> str:
@@ -156,7 +147,7 @@ class Verdict:
     def describe(self) -> str:
         """One line: metric, status, rate per step and per hour, kind, culprits."""
         s = f"{self.metric}: {STATUS_WORDS.get(self.status, self.status)}"
-        if self.status != "insufficient":
+        if self.n_points and self.slope_high:
             s += (
                 f", {_amount(self.slope_per_step, self.key)}/{self.step} "
                 f"[{self.slope_low:+.4g}, {self.slope_high:+.4g}]"
@@ -237,8 +228,7 @@ class Report:
         kind = self.kind
         return KINDS[kind] if kind else None
 
-    # The same, under the names of the first release.
-    leak = has_leak
+    leak = has_leak  # the names of the first release
     leaks = leaking
     grew = leaking_metrics
     suspects = culprits
@@ -359,6 +349,8 @@ def analyze(
                 status = "levelled"
         if status == "leak" and growth < min_growth:
             status = "slight"
+        elif status == "leak" and warmup == "auto" and n < 2 * min_points:
+            status = "insufficient"  # too few points to tell this growth from a warm-up
     else:
         status = "ok"
         if k:
@@ -373,23 +365,29 @@ def analyze(
 # -- many metrics ----------------------------------------------------------------
 
 
-def _series(samples: Sequence[Sample]) -> dict[str, tuple[list[float], list[float], list[float]]]:
+def _series(samples: Sequence[Sample], prefix: str
+            ) -> dict[str, tuple[list[float], list[float], list[float]]]:
+    """``{key: (xs, ys, times)}``; the resident sizes less tracemalloc's own memory
+    (``tracemalloc/overhead_bytes``, its latest value), which is memprobe's, not the user's."""
     out: dict[str, tuple[list[float], list[float], list[float]]] = {}
+    own_key = make_key(prefix, "tracemalloc", "overhead_bytes")
+    resident = {make_key(prefix, "process", m) for m in _kinds.RESIDENT}
+    own = 0.0
     for i, s in enumerate(samples):
         x = float(s.step if s.step is not None else i)
+        own = float(s.values.get(own_key, own))
         for k, v in s.values.items():
             t = out.get(k)
             if t is None:
                 t = out[k] = ([], [], [])
             t[0].append(x)
-            t[1].append(float(v))
+            t[1].append(float(v) - own if k in resident else float(v))
             t[2].append(s.time_seconds)
     return out
 
 
 def _prefix_of(samples: Sequence[Sample]) -> str:
-    """The samples' prefix: from the key every Prober sample has, else ``memprobe``
-    when the keys start with it, else none."""
+    """From the key every Prober sample has, else ``memprobe`` if the keys start with it."""
     for s in samples[:3]:
         p = infer_prefix(s.values)
         if p is not None:
@@ -400,13 +398,11 @@ def _prefix_of(samples: Sequence[Sample]) -> str:
     return ""
 
 
-def _threshold(v_key: str, short: str, thresholds: Mapping[str, float] | None,
+def _threshold(key: str, short: str, thresholds: Mapping[str, float] | None,
                default: float) -> float:
-    if thresholds:
-        if v_key in thresholds:
-            return float(thresholds[v_key])
-        if short in thresholds:
-            return float(thresholds[short])
+    for k in (key, short) if thresholds else ():
+        if k in thresholds:  # type: ignore[operator]
+            return float(thresholds[k])  # type: ignore[index]
     return default
 
 
@@ -453,7 +449,7 @@ def analyze_samples(
     samples = list(samples)
     if prefix is None:
         prefix = _prefix_of(samples)
-    series = _series(samples)
+    series = _series(samples, prefix)
     shorts = {k: short_key(k, prefix) for k in series}
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if metrics is None and _kinds.FILTERED in shorts.values():
@@ -478,7 +474,7 @@ def analyze_samples(
         else:
             group.append(v)
 
-    def rank(vs: list[Verdict]) -> tuple[Verdict, ...]:
+    def rank(vs: list[Verdict]) -> tuple[Verdict, ...]:  # leaking and fastest first
         return tuple(sorted(vs, key=lambda v: (not v.leaking, -v.slope_per_step, v.key)))
 
     sites_r, types_r = rank(site_v), rank(type_v)
@@ -493,8 +489,7 @@ def analyze_samples(
 
 
 def _site_probe(key: str, prefix: str) -> str | None:
-    """The probe of a per-site or per-type size/count key (``top/<name>/size_bytes``
-    or ``top/<name>/count``), else None."""
+    """The probe of a ``top/<name>/size_bytes`` or ``top/<name>/count`` key, else None."""
     try:
         parts = split_key(key, prefix)
     except ValueError:
