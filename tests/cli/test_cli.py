@@ -19,7 +19,7 @@ LEAKY = textwrap.dedent(
     def leak():
         held.append(bytearray(200_000))
 
-    for i in range(60):
+    for i in range(150):  # enough samples for a verdict (40 with the auto warm-up)
         leak()
         time.sleep(0.01)
     print("program output", sys.argv[1:])

@@ -37,6 +37,11 @@ def _make_recorder():
     return record
 
 
+#: The walk's time budget in tests that expect a complete chain: generous, since a loaded
+#: machine (CI, xdist) can make gc.get_referrers() over a big heap take seconds.
+SLOW_BOX_SECONDS = 60.0
+
+
 class Model:
     def __init__(self) -> None:
         self.weights = Retained(0)
@@ -63,7 +68,7 @@ def _only(chains: list[Chain]) -> Chain:
 
 def test_module_level_list_is_named_with_its_global():
     HELD.extend(Retained(i) for i in range(5))
-    chains = referrer_chains(Retained, samples=3)
+    chains = referrer_chains(Retained, samples=3, timeout_seconds=SLOW_BOX_SECONDS)
     assert len(chains) == 3
     c = _only(chains)
     assert c.root == f"module {__name__} global 'HELD'"
@@ -74,7 +79,7 @@ def test_module_level_list_is_named_with_its_global():
 
 def test_class_attribute_is_named_with_its_class():
     Registry.entries.append(Retained(1))
-    c = _only(referrer_chains(Retained, samples=1))
+    c = _only(referrer_chains(Retained, samples=1, timeout_seconds=SLOW_BOX_SECONDS))
     assert c.root == f"class attribute {__name__}.Registry.entries"
 
 
@@ -82,7 +87,7 @@ def test_closure_variable_is_named_with_its_function():
     record = _make_recorder()
     for i in range(3):
         record(Retained(i))
-    c = _only(referrer_chains(Retained, samples=2))
+    c = _only(referrer_chains(Retained, samples=2, timeout_seconds=SLOW_BOX_SECONDS))
     assert c.root == "closure variable 'seen' of _make_recorder.<locals>.record"
     assert "cell" in c.path
     del record
@@ -92,13 +97,13 @@ def test_lru_cache_on_a_method_holds_self():
     # functools.cache is lru_cache(maxsize=None)
     for i in range(3):
         Model().forward(i)  # each Model stays alive as part of a cache key
-    chains = referrer_chains(Model, samples=3)
+    chains = referrer_chains(Model, samples=3, timeout_seconds=SLOW_BOX_SECONDS)
     assert len(chains) == 3
     c = _only(chains)
     assert c.root == f"class attribute {__name__}.Model.forward"
     assert "functools._lru_cache_wrapper" in c.path
     # the Retained inside a cached Model: one step more, through the attribute
-    c2 = _only(referrer_chains(Retained, samples=1))
+    c2 = _only(referrer_chains(Retained, samples=1, timeout_seconds=SLOW_BOX_SECONDS))
     assert f"{__name__}.Model.weights" in c2.path
     assert c2.root == c.root
 
@@ -113,7 +118,7 @@ def test_frame_local_is_a_root():
 def test_explicit_objects_and_the_callers_own_list_is_not_a_holder():
     Registry.entries.append(Retained(2))
     objs = list(Registry.entries)
-    c = _only(referrer_chains(objs))
+    c = _only(referrer_chains(objs, timeout_seconds=SLOW_BOX_SECONDS))
     assert c.root == f"class attribute {__name__}.Registry.entries"
 
 
@@ -171,7 +176,7 @@ def test_chain_lists_every_container_up_to_the_global(wraps):
     HELD.append(holder)  # type: ignore[arg-type]
     del holder  # a frame local would be the nearest root
     try:
-        (c,) = referrer_chains(objs, max_depth=20)
+        (c,) = referrer_chains(objs, max_depth=20, timeout_seconds=SLOW_BOX_SECONDS)
     finally:
         HELD.clear()
     expected = [_WRAPS[w][1] for w in wraps]  # from the object up
