@@ -1,0 +1,156 @@
+"""The Prober's deep capture: its leak alarm, on cheap probes, names the leaking line."""
+
+from __future__ import annotations
+
+import inspect
+import tracemalloc
+import warnings
+
+import pytest
+
+import memprobe
+from memprobe._jsonl import read_samples
+from memprobe.keys import make_key
+
+LEAKED: list[bytearray] = []
+
+
+@pytest.fixture(autouse=True)
+def _clear():
+    yield
+    LEAKED.clear()
+
+
+def _line() -> int:
+    frame = inspect.currentframe()
+    assert frame is not None and frame.f_back is not None
+    return frame.f_back.f_lineno
+
+
+def _cheap_step() -> int:
+    return sum([i for i in range(50)])
+
+
+def _run(prober: memprobe.Prober, leak_from: int, steps: int = 6000) -> tuple[int | None, int]:
+    """Steps until the capture closed (None: never), and the leaking line."""
+    line = 0
+    for step in range(steps):
+        _cheap_step()
+        if step >= leak_from:
+            LEAKED.append(bytearray(64 * 1024)); line = _line()  # noqa: E702
+        prober.sample(step)
+        if prober.alarm is not None and prober.alarm.culprits is not None:
+            return step, line
+    return None, line
+
+
+def test_capture_on_alarm_names_the_line_of_a_leak_that_starts_midway(tmp_path):
+    """A long run on process and gc only; a leak starts at step 1500; the alarm fires,
+    the Prober opens its capture by itself, and the line is named in the alarm's
+    verdict, in its culprits and in the JSONL."""
+    path = tmp_path / "run.jsonl"
+    fired = []
+    for _ in range(2000):  # the interpreter's own warm-up, before measuring
+        _cheap_step()
+    prober = memprobe.Prober(
+        probes=["process", "gc"], sink=str(path), on_leak=fired.append,
+        leak_check_every=50, load_entrypoints=False,
+        leak_options={"threshold_per_step": 16384},
+        capture_on_leak={"duration_seconds": 0.3})
+    with prober:
+        done, line = _run(prober, leak_from=1500)
+    assert fired, "the alarm never fired"
+    assert all(v.key.endswith("rss_bytes") or v.key.endswith("uss_bytes")
+               or v.key.endswith("pss_bytes") or v.key.endswith("vms_bytes") for v in fired)
+    assert done is not None, "the capture never closed"
+    site = f"tests/test_alarm_capture.py:{line}"
+    culprits = prober.alarm.culprits
+    assert culprits.python_sites[0][0] == site, culprits.python_sites
+    assert culprits.python_sites[0][1] >= 64 * 1024
+    assert culprits.duration_seconds >= 0.3
+    # The verdict that opened the capture names the line first.
+    latest = prober.alarm.latest.verdicts[fired[0].key]
+    assert latest.culprits[0] == site, latest.culprits
+    assert "culprits captured" in latest.note
+    assert not tracemalloc.is_tracing()  # the capture released what it started
+    # The JSONL: one more line, keys under memprobe/capture/, the site named.
+    samples = read_samples(path)
+    captured = [s for s in samples if any(k.startswith("memprobe/capture/") for k in s.values)]
+    assert len(captured) == 1
+    values = captured[0].values
+    assert values[make_key("memprobe", "capture", f"tracemalloc/survivors/{site}/size_bytes")] \
+        >= 64 * 1024
+    assert values["memprobe/capture/duration_seconds"] >= 0.3
+    assert values["memprobe/capture/start_seconds"] >= 0
+    assert len(values) <= 3 * 10 * 2 + 3  # bounded: top sites, types, and three timings
+    # One capture per process: the run goes on, no second one.
+    with prober:
+        for step in range(done + 1, done + 400):
+            LEAKED.append(bytearray(1024))
+            prober.sample(step)
+    assert sum(1 for s in read_samples(path)
+               if "memprobe/capture/duration_seconds" in s.values) == 1
+
+
+def test_warn_mode_warns_with_the_culprits(tmp_path):
+    prober = memprobe.Prober(
+        probes=["process"], on_leak="warn", leak_check_every=50, load_entrypoints=False,
+        leak_options={"threshold_per_step": 16384},
+        capture_on_leak={"duration_seconds": 0.2, "holders": False})
+    with warnings.catch_warnings(record=True) as caught, prober:
+        warnings.simplefilter("always")
+        done, line = _run(prober, leak_from=300, steps=4000)
+    assert done is not None
+    texts = [str(w.message) for w in caught if issubclass(w.category, memprobe.LeakWarning)]
+    assert any(t.startswith("memprobe: leak culprits") and
+               f"tests/test_alarm_capture.py:{line}" in t for t in texts), texts
+
+
+def test_stop_abandons_an_open_capture():
+    prober = memprobe.Prober(
+        probes=["process"], on_leak=lambda v: None, leak_check_every=50,
+        load_entrypoints=False, leak_options={"threshold_per_step": 16384},
+        capture_on_leak={"duration_seconds": 600})
+    prober.start()
+    for step in range(4000):
+        LEAKED.append(bytearray(64 * 1024))
+        prober.sample(step)
+        if prober.alarm.capturing:
+            break
+    assert prober.alarm.capturing, "the alarm never opened its capture"
+    assert tracemalloc.is_tracing()
+    prober.stop()
+    assert not prober.alarm.capturing
+    assert not tracemalloc.is_tracing()
+    assert prober.alarm.culprits is None
+
+
+def test_capture_off():
+    prober = memprobe.Prober(
+        probes=["process"], on_leak=lambda v: None, leak_check_every=50,
+        load_entrypoints=False, leak_options={"threshold_per_step": 16384},
+        capture_on_leak=False)
+    with prober:
+        for step in range(4000):
+            LEAKED.append(bytearray(64 * 1024))
+            prober.sample(step)
+            assert not tracemalloc.is_tracing()
+            if prober.alarm.alarmed:
+                break
+        for step in range(step + 1, step + 200):
+            prober.sample(step)
+            assert not tracemalloc.is_tracing()
+    assert prober.alarm.alarmed and prober.alarm.culprits is None
+
+
+@pytest.mark.parametrize("value, match", [
+    ("yes", "capture_on_leak: must be a bool or a mapping"),
+    ({"duration": 1}, "capture_on_leak.duration: unknown option"),
+    ({"duration_seconds": -1}, "capture.duration_seconds: must be a number > 0"),
+])
+def test_bad_capture_option_is_named(value, match):
+    with pytest.raises(memprobe.ConfigError, match=match):
+        memprobe.Prober(probes=["gc"], on_leak="warn", capture_on_leak=value,
+                        load_entrypoints=False)
+    with pytest.raises(memprobe.ConfigError, match=match):
+        memprobe.Prober(probes=["gc"], capture_on_leak=value, load_entrypoints=False)
