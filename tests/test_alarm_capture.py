@@ -10,6 +10,7 @@ import pytest
 
 import memprobe
 from memprobe._jsonl import read_samples
+from memprobe.cli import main
 from memprobe.keys import make_key
 
 LEAKED: list[bytearray] = []
@@ -44,7 +45,7 @@ def _run(prober: memprobe.Prober, leak_from: int, steps: int = 6000) -> tuple[in
     return None, line
 
 
-def test_capture_on_alarm_names_the_line_of_a_leak_that_starts_midway(tmp_path):
+def test_capture_on_alarm_names_the_line_of_a_leak_that_starts_midway(tmp_path, capsys):
     """A long run on process and gc only; a leak starts at step 1500; the alarm fires,
     the Prober opens its capture by itself, and the line is named in the alarm's
     verdict, in its culprits and in the JSONL."""
@@ -83,6 +84,13 @@ def test_capture_on_alarm_names_the_line_of_a_leak_that_starts_midway(tmp_path):
     assert values["memprobe/capture/duration_seconds"] >= 0.3
     assert values["memprobe/capture/start_seconds"] >= 0
     assert len(values) <= 3 * 10 * 2 + 3  # bounded: top sites, types, and three timings
+    # memprobe report shows what the capture named, and no longer hints to rerun for it.
+    capsys.readouterr()
+    assert main(["report", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "captured when the leak alarm fired:" in out
+    assert f"    {site}  python: " in out, out
+    assert "to name the line" not in out
     # One capture per process: the run goes on, no second one.
     with prober:
         for step in range(done + 1, done + 400):
