@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import memprobe
 from memprobe._jsonl import iter_records, read_samples
@@ -168,3 +170,24 @@ def test_plot_draws_spans_and_marks(tmp_path):
         assert "phases" in fig._suptitle.get_text()
     finally:
         plt.close(fig)
+
+
+@given(st.lists(st.tuples(
+    st.integers(-10**6, 10**6), st.sampled_from([None, "a", "a/b", "c"]),
+    st.sampled_from([None, "start", "end"]), st.sampled_from([None, "m"])),
+    min_size=1, max_size=40))
+def test_growth_per_phase_adds_up_to_the_whole_growth(rows):
+    """Whatever the labels (even edges that do not pair up), every change between two
+    samples counts in exactly one phase: the phases' growth and seconds add up."""
+    samples = []
+    for i, (v, phase, edge, mark) in enumerate(rows):
+        labels = {k: x for k, x in (("phase", phase), ("phase_edge", edge and phase and edge),
+                                    ("mark", mark)) if x}
+        samples.append(memprobe.Sample(float(i), i, 1, {RSS: v}, labels or None))
+    phases = phase_growth(samples, [RSS])
+    if not any(phase for _, phase, _, _ in rows):
+        assert phases == []
+        return
+    assert sum(g.growth.get(RSS, 0) for g in phases) == rows[-1][0] - rows[0][0]
+    assert sum(g.seconds for g in phases) == len(rows) - 1
+    assert sum(g.spans for g in phases) == sum(1 for _, p, e, _ in rows if p and e == "start")
