@@ -144,17 +144,18 @@ class PhaseMixin:
         self._labels = labels or None
 
     def _labelled(self, label: str, kind: str, step: int | None) -> Mark:
-        if step is None and len(self.history):
-            step = self.history[-1].step
-        self._set_labels({"mark": label} if kind == "mark" else {"phase_edge": kind})
-        t = time.time()
-        try:
-            self.sample(step, force=True)
-        finally:
-            self._set_labels()
-        mark = Mark(label, kind, t, step)
-        self.marks.append(mark)
-        return mark
+        with self._lock:  # another thread's sample must not take this sample's labels
+            if step is None and len(self.history):
+                step = self.history[-1].step
+            self._set_labels({"mark": label} if kind == "mark" else {"phase_edge": kind})
+            t = time.time()
+            try:
+                self.sample(step, force=True)
+            finally:
+                self._set_labels()
+            mark = Mark(label, kind, t, step)
+            self.marks.append(mark)
+            return mark
 
     def _check_leaks(self, alarm: LeakAlarm) -> None:
         """The leak alarm's check: never raises into the caller's loop."""
