@@ -191,3 +191,22 @@ def test_growth_per_phase_adds_up_to_the_whole_growth(rows):
     assert sum(g.growth.get(RSS, 0) for g in phases) == rows[-1][0] - rows[0][0]
     assert sum(g.seconds for g in phases) == len(rows) - 1
     assert sum(g.spans for g in phases) == sum(1 for _, p, e, _ in rows if p and e == "start")
+
+
+def test_start_and_end_phase_span_two_callbacks(tmp_path):
+    """What an RLlib adapter does: on_evaluate_start opens, on_evaluate_end closes."""
+    path = tmp_path / "run.jsonl"
+    with memprobe.Prober(probes=["gc"], sink=str(path), load_entrypoints=False) as p:
+        p.sample(1)
+        start = p.start_phase("evaluate", step=1)
+        p.sample(2)
+        with pytest.raises(memprobe.ConfigError, match="innermost open phase is 'evaluate'"):
+            p.end_phase("train")
+        end = p.end_phase("evaluate", step=2)
+        with pytest.raises(memprobe.ConfigError, match="no phase is open"):
+            p.end_phase()
+        p.mark("checkpoint_loaded", step=2)
+    assert (start.kind, end.kind, start.step, end.step) == ("start", "end", 1, 2)
+    marks, spans = mark_times(read_samples(path))
+    assert [label for _, _, label in spans] == ["evaluate"]
+    assert [label for _, label in marks] == ["checkpoint_loaded"]

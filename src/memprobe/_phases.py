@@ -124,14 +124,38 @@ class PhaseMixin:
 
         :param step: the step of the entry and exit samples; default: the latest.
         """
-        check_label(label)
-        self._phases.append(label)
-        start = self._labelled(self.current_phase or label, "start", step)
+        start = self.start_phase(label, step=step)
         try:
             yield start
         finally:
+            self.end_phase(label, step=step)
+
+    def start_phase(self, label: str, *, step: int | None = None) -> Mark:
+        """Open a span (for callbacks where a ``with`` block cannot span the phase,
+        such as RLlib's ``on_evaluate_start``); :meth:`end_phase` closes it."""
+        check_label(label)
+        with self._lock:
+            self._phases.append(label)
             try:
-                self._labelled(self.current_phase or label, "end", step)
+                return self._labelled(self.current_phase or label, "start", step)
+            except BaseException:
+                self._phases.pop()
+                self._set_labels()
+                raise
+
+    def end_phase(self, label: str | None = None, *, step: int | None = None) -> Mark:
+        """Close the innermost open span (``label``, when given, must be its label).
+
+        :raises ConfigError: no span is open, or the innermost one has another label.
+        """
+        with self._lock:
+            if not self._phases:
+                raise ConfigError("label", f"end_phase({label!r}): no phase is open")
+            if label is not None and self._phases[-1] != label:
+                raise ConfigError("label", f"end_phase({label!r}): the innermost open phase "
+                                  f"is {self._phases[-1]!r}")
+            try:
+                return self._labelled(self.current_phase or "", "end", step)
             finally:
                 self._phases.pop()
                 self._set_labels()
