@@ -145,8 +145,9 @@ def test_capture_off():
             assert not tracemalloc.is_tracing()
             if prober.alarm.alarmed:
                 break
-        for step in range(step + 1, step + 200):
-            prober.sample(step)
+        last = step
+        for later in range(last + 1, last + 200):
+            prober.sample(later)
             assert not tracemalloc.is_tracing()
     assert prober.alarm.alarmed and prober.alarm.culprits is None
 

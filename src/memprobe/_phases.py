@@ -30,9 +30,9 @@ from ._sample import Number, Sample
 
 if TYPE_CHECKING:
     from ._alarm import LeakAlarm
-    from ._verdicts import Report
     from ._history import History
     from ._sinks import Sink
+    from ._verdicts import Report
 
 #: The fields of a JSONL line that label its sample (not tags: they do not split runs).
 LABEL_FIELDS = ("mark", "phase", "phase_edge")
