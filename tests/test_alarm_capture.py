@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import tracemalloc
 import warnings
 
@@ -163,3 +164,50 @@ def test_bad_capture_option_is_named(value, match):
                         load_entrypoints=False)
     with pytest.raises(memprobe.ConfigError, match=match):
         memprobe.Prober(probes=["gc"], capture_on_leak=value, load_entrypoints=False)
+
+
+def _report(culprits: tuple[str, ...]) -> memprobe.Report:
+    key = "memprobe/process/rss_bytes"
+    verdict = memprobe.Verdict(key, "leak", 65536.0, 60000.0, 70000.0, None, 100, 0,
+                               culprits=culprits, prefix="memprobe")
+    return memprobe.Report(verdicts={key: verdict}, prefix="memprobe")
+
+
+def test_no_capture_when_the_verdict_already_names_the_culprit():
+    """A tracemalloc or objects probe named it: no window is opened."""
+    alarm = memprobe.LeakAlarm(lambda v: None, confirmations=1, capture=True)
+    assert alarm.check(_report(("train.py:12",)))
+    assert not alarm.capturing and not tracemalloc.is_tracing()
+    alarm = memprobe.LeakAlarm(lambda v: None, confirmations=1,
+                               capture={"duration_seconds": 60, "holders": False})
+    try:
+        assert alarm.check(_report(()))
+        assert alarm.capturing and tracemalloc.is_tracing()
+    finally:
+        alarm.abandon_capture()
+    assert not alarm.capturing and not tracemalloc.is_tracing()
+
+
+def test_leak_alarm_capture_is_off_by_default():
+    """The LeakAlarm built by hand (the RLlib adapter's) opens no capture unless asked."""
+    alarm = memprobe.LeakAlarm(lambda v: None, confirmations=1)
+    assert alarm.check(_report(()))
+    assert not alarm.capturing and alarm.culprits is None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_abandons_the_parents_capture():
+    prober = memprobe.Prober(probes=["gc"], on_leak=lambda v: None, load_entrypoints=False,
+                             leak_confirmations=1,
+                             capture_on_leak={"duration_seconds": 600, "holders": False})
+    with prober:
+        prober.alarm.check(_report(()))
+        assert prober.alarm.capturing
+        pid = os.fork()
+        if pid == 0:  # the child: no capture open, tracing released, a capture of its own later
+            ok = not prober.alarm.capturing and not tracemalloc.is_tracing()
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert prober.alarm.capturing  # the parent's goes on
+    assert not tracemalloc.is_tracing()
