@@ -269,6 +269,8 @@ def phase_growth(samples: Sequence[Sample], metrics: Sequence[str]) -> list[Phas
     Each change between two consecutive samples counts in the innermost span
     both are inside (an entry sample starts its span, an exit sample ends it),
     or outside every span (label ``""``). Empty when no sample has a phase.
+    The samples are read back from a JSONL file (:func:`memprobe.read_samples`):
+    ``prober.history`` keeps no labels.
     """
     if not any(_label(s, "phase") for s in samples):
         return []
