@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import os
+import shutil
+import subprocess
 import tracemalloc
 import warnings
 
@@ -210,4 +213,67 @@ def test_a_forked_child_abandons_the_parents_capture():
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert prober.alarm.capturing  # the parent's goes on
+    assert not tracemalloc.is_tracing()
+
+
+LEAK_C = r"""
+#include <stdlib.h>
+#include <string.h>
+void *leaky_alloc(size_t n) { void *p = malloc(n); if (p) memset(p, 1, n); return p; }
+void release(void *p) { free(p); }
+"""
+
+
+@pytest.fixture(scope="module")
+def leaklib(tmp_path_factory):
+    """A C library built here, whose ``malloc`` goes through its own PLT (where memray's
+    hooks see it), loaded with ctypes."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("needs a C compiler")
+    d = tmp_path_factory.mktemp("leaklib")
+    (d / "leak.c").write_text(LEAK_C)
+    so = d / "libleak.so"
+    subprocess.run([gcc, "-O0", "-shared", "-fPIC", "-o", str(so), str(d / "leak.c")],
+                   check=True)
+    lib = ctypes.CDLL(str(so))
+    lib.leaky_alloc.restype = ctypes.c_void_p
+    lib.leaky_alloc.argtypes = [ctypes.c_size_t]
+    lib.release.restype = None
+    lib.release.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def test_native_capture_names_the_line_that_called_a_leaking_c_function(leaklib, tmp_path):
+    """capture_on_leak={"native": True}: the memray window names the Python line that
+    called the C function whose malloc leaks (tracemalloc cannot see it)."""
+    pytest.importorskip("memray")
+    path = tmp_path / "run.jsonl"
+    kept: list[int] = []
+    prober = memprobe.Prober(
+        probes=["process"], sink=str(path), on_leak=lambda v: None, leak_check_every=50,
+        load_entrypoints=False, leak_options={"threshold_per_step": 16384},
+        capture_on_leak={"duration_seconds": 0.3, "native": True, "holders": False})
+    line = 0
+    try:
+        with prober:
+            for step in range(6000):
+                _cheap_step()
+                if step >= 300:
+                    kept.append(leaklib.leaky_alloc(64 * 1024)); line = _line()  # noqa: E702
+                prober.sample(step)
+                if prober.alarm.culprits is not None:
+                    break
+    finally:
+        for p in kept:
+            leaklib.release(p)
+    culprits = prober.alarm.culprits
+    assert culprits is not None, "the capture never closed"
+    site = f"tests/test_alarm_capture.py:{line}"
+    assert culprits.native_sites and culprits.native_sites[0].site == site, culprits.native_sites
+    assert culprits.native_sites[0].size_bytes >= 64 * 1024
+    assert site in prober.alarm.latest.verdicts[next(iter(prober.alarm.alarmed))].culprits
+    captured = [s.values for s in read_samples(path)
+                if "memprobe/capture/duration_seconds" in s.values]
+    assert make_key("memprobe", "capture", f"memray/top/{site}/size_bytes") in captured[0]
     assert not tracemalloc.is_tracing()
