@@ -4,6 +4,7 @@ and on the plot."""
 from __future__ import annotations
 
 import json
+import mmap
 
 import pytest
 from hypothesis import given
@@ -17,18 +18,22 @@ from memprobe.cli import main
 
 MiB = 1 << 20
 RSS = "memprobe/process/rss_bytes"
-HELD: list[bytearray] = []
+HELD: list[mmap.mmap] = []
 
 
 @pytest.fixture(autouse=True)
 def _clear():
     yield
+    for buf in HELD:
+        buf.close()
     HELD.clear()
 
 
-def _touched(n: int) -> bytearray:
-    buf = bytearray(n)
-    for i in range(0, n, 4096):  # touch every page, so rss sees it
+def _touched(n: int) -> mmap.mmap:
+    """``n`` bytes of new anonymous memory, every page touched: rss grows by ``n``
+    whatever freed memory the allocator holds (earlier tests' included)."""
+    buf = mmap.mmap(-1, n)
+    for i in range(0, n, mmap.PAGESIZE):
         buf[i] = 1
     return buf
 
