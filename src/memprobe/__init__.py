@@ -26,6 +26,9 @@ from ._flatten import flatten
 from ._alarm import LeakAlarm
 from ._history import History
 from ._options import DEFAULT_PROBES
+from ._phases import Mark
+from ._phases import PhaseGrowth
+from ._phases import phase_growth
 from ._options import parse_probes
 from ._plugins import ProbeInfo
 from ._plugins import SinkInfo
@@ -120,11 +123,13 @@ __all__ = [
     "LeakAlarm",
     "LeakError",
     "LeakWarning",
+    "Mark",
     "MemprobeError",
     "MemprobeWarning",
     "Metric",
     "MetricValueError",
     "Number",
+    "PhaseGrowth",
     "PluginWarning",
     "ProbeError",
     "ProbeFailedWarning",
@@ -148,6 +153,7 @@ __all__ = [
     "iter_records",
     "make_key",
     "parse_probes",
+    "phase_growth",
     "read_samples",
     "sanitize_key",
     "shorten_path",

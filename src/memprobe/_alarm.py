@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Union
 
+from ._alarm_capture import AlarmCapture, captured_names, check_capture_option
 from ._errors import ConfigError, LeakWarning, show
 from ._options import check_int, hint
+from ._sample import Number
 
 if TYPE_CHECKING:  # imported at the first check: the statistics are not needed before
     from ._verdicts import Report, Verdict
+    from .capture import Culprits
 
 #: What to do on a leak: ``"warn"`` (a :class:`memprobe.LeakWarning`), or a callable
 #: given each newly leaking :class:`memprobe.Verdict`.
@@ -48,8 +52,14 @@ class LeakAlarm:
     :param check_every: judge every this many samples.
     :param confirmations: checks in a row a metric must leak at before it alarms.
     :param options: options of :func:`memprobe.analyze_samples` for each check.
+    :param capture: the deep capture opened in this process when a metric first
+        alarms with no culprit named: ``True`` (10 s, tracemalloc and objects),
+        ``False``, or options of :class:`memprobe.capture.CulpritCapture`
+        (``duration_seconds``, ``native``...). Its owner calls
+        :meth:`capture_due` after each sample and then :meth:`finish_capture`.
 
-    :ivar latest: the Report of the latest check (None before the first).
+    :ivar latest: the Report of the latest check (None before the first); once a
+        capture has closed, the verdicts that opened it name its culprits.
     :ivar alarmed: the keys that have alarmed.
     """
 
@@ -60,6 +70,7 @@ class LeakAlarm:
         check_every: int = 50,
         confirmations: int = 2,
         options: Mapping[str, Any] | None = None,
+        capture: bool | Mapping[str, Any] = False,
     ) -> None:
         if on_leak != "warn" and not callable(on_leak):
             raise ConfigError("on_leak", f"must be a callable or 'warn', got {show(on_leak)}")
@@ -71,6 +82,62 @@ class LeakAlarm:
         self.alarmed: set[str] = set()
         self._streak: dict[str, int] = {}
         self._samples = 0
+        capture_options = check_capture_option(capture)
+        self._capture = None if capture_options is None else AlarmCapture(capture_options)
+
+    @property
+    def culprits(self) -> Culprits | None:
+        """What the deep capture found (None before it closes, or without one)."""
+        return None if self._capture is None else self._capture.culprits
+
+    @property
+    def capturing(self) -> bool:
+        """Whether a deep capture is open."""
+        return self._capture is not None and self._capture.active
+
+    def capture_due(self) -> bool:
+        """Whether the open capture should be closed now (cheap: False when none is open)."""
+        capture = self._capture
+        return capture is not None and capture.due()
+
+    def finish_capture(self, prefix: str) -> dict[str, Number]:
+        """Close the capture: the culprits go into :attr:`latest` and :attr:`culprits`,
+        and ``"warn"`` warns with them. Returns the flat values (keys under
+        ``<prefix>/capture/``) of the line to write to the sinks."""
+        capture = self._capture
+        assert capture is not None
+        values = capture.finish(prefix)
+        if self.latest is not None:
+            self.latest = self._with_culprits(self.latest)
+        culprits = capture.culprits
+        if culprits is not None and not callable(self.on_leak):
+            warnings.warn("memprobe: leak culprits (captured after the alarm on "
+                          f"{', '.join(capture.keys)}):\n{culprits.describe()}",
+                          LeakWarning, stacklevel=4)
+        return values
+
+    def abandon_capture(self) -> None:
+        """Close an open capture without a result (its owner stops)."""
+        if self._capture is not None:
+            self._capture.abandon()
+
+    def _with_culprits(self, report: Report) -> Report:
+        """``report`` with the captured culprits first in the verdicts that opened the capture."""
+        capture = self._capture
+        if capture is None or capture.culprits is None:
+            return report
+        names = captured_names(capture.culprits)
+        if not names:
+            return report
+        verdicts = dict(report.verdicts)
+        for key in capture.keys:
+            v = verdicts.get(key)
+            if v is not None:
+                note = f"culprits captured over {capture.culprits.duration_seconds:.1f} s"
+                verdicts[key] = dataclasses.replace(
+                    v, culprits=names + tuple(c for c in v.culprits if c not in names),
+                    note=f"{v.note}; {note}" if v.note else note)
+        return dataclasses.replace(report, verdicts=verdicts)
 
     def tick(self) -> bool:
         """Count one sample; True when a check is due."""
@@ -82,7 +149,7 @@ class LeakAlarm:
 
         :returns: the verdicts that alarmed at this check.
         """
-        self.latest = report
+        self.latest = self._with_culprits(report)
         leaking = report.leaking
         streak = self._streak
         self._streak = {v.key: streak.get(v.key, 0) + 1 for v in leaking}
@@ -96,6 +163,8 @@ class LeakAlarm:
                 self.on_leak(v)
             else:
                 warnings.warn(f"memprobe: leak: {v.describe()}", LeakWarning, stacklevel=5)
+        if self._capture is not None:
+            self._capture.maybe_start(fired)
         return fired
 
     def reset(self) -> None:
@@ -104,3 +173,5 @@ class LeakAlarm:
         self.alarmed.clear()
         self._streak.clear()
         self._samples = 0
+        if self._capture is not None:
+            self._capture.reset()

@@ -1,7 +1,9 @@
 """Reading the JSON Lines files written by :class:`memprobe.JsonlSink`.
 
 Each line is ``{"time": unix_seconds, "step": step, "pid": pid, ...tags,
-"values": {key: number}}``. The reader is built for files from elsewhere:
+"values": {key: number}}``; the phase markers ``mark``, ``phase`` and
+``phase_edge`` (str) go to ``Sample.labels``, not to the tags. The reader is
+built for files from elsewhere:
 
 - only regular files are read (a FIFO, ``/dev/zero`` or a directory, also
   behind a symlink, is refused with :class:`JsonlReadError`), so a read never
@@ -34,10 +36,12 @@ from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 from ._errors import JsonlReadError, MemprobeWarning
+from ._phases import LABEL_FIELDS
 from ._sample import Sample
 
 #: Fields of a line that are not tags.
 RECORD_FIELDS = ("time", "step", "pid", "values")
+
 #: A line longer than this (bytes, newline excluded) is skipped with a warning.
 MAX_LINE_BYTES = 16 * 2**20
 #: This many bad lines before any good one: not a memprobe JSONL file.
@@ -101,8 +105,9 @@ def _parse(line: bytes) -> tuple[Sample, dict[str, Any]]:
     pid = obj.get("pid", 0)
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise ValueError(f"'pid' is not an int: {_clip(repr(pid))}")
-    tags = {k: v for k, v in obj.items() if k not in RECORD_FIELDS}
-    return Sample(t, step, pid, clean), tags
+    labels = {k: obj[k] for k in LABEL_FIELDS if isinstance(obj.get(k), str)}
+    tags = {k: v for k, v in obj.items() if k not in RECORD_FIELDS and k not in labels}
+    return Sample(t, step, pid, clean, labels or None), tags
 
 
 def _open(p: str) -> IO[bytes] | gzip.GzipFile:

@@ -9,11 +9,12 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import pluggy
 
 from ._alarm import LeakAlarm, OnLeak, check_leak_options
+from ._alarm_capture import check_capture_option
 from ._components import bind_keys, build_probes, build_sinks, describe_key, discard
 from ._errors import ConfigError, MetricValueError, ProbeError, ProbeFailedWarning, show
 from ._flatten import SiteKeyCap, compiled_flattener, flatten
@@ -30,6 +31,7 @@ from ._options import (
     parse_probes,
     parse_sinks,
 )
+from ._phases import PhaseMixin
 from ._pid import _current as _pid_box  # current_pid() without the call
 from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
 from ._sample import Number
@@ -37,9 +39,6 @@ from ._scheduled import ScheduledProbe
 from ._sinks import Sink
 from .keys import make_key
 from .metrics import Metric
-
-if TYPE_CHECKING:  # imported when a report is made: the statistics are not needed to sample
-    from ._verdicts import Report
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,7 +66,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_renew_after_fork)
 
 
-class Prober:
+class Prober(PhaseMixin):
     """Runs memory probes around any Python loop.
 
     >>> with Prober(probes=["process", "gc"]) as prober:
@@ -102,6 +101,9 @@ class Prober:
     :param leak_confirmations: alarm only when a metric is judged leaking at this many
         checks in a row.
     :param leak_options: options of :func:`memprobe.analyze_samples` for the alarm.
+    :param capture_on_leak: with ``on_leak``, name the culprits of a first alarm that
+        names none: a tracemalloc window and object counts for 10 s (``True``),
+        ``False``, or :class:`memprobe.capture.CulpritCapture` options (docs/leaks.md).
 
     Every probe also takes the guard options ``time_limit_seconds``, ``max_keys``
     (most keys one sample may return, default 10,000; over it the sample is an
@@ -131,6 +133,7 @@ class Prober:
         leak_check_every: int = 50,
         leak_confirmations: int = 2,
         leak_options: Mapping[str, Any] | None = None,
+        capture_on_leak: bool | Mapping[str, Any] = True,
     ) -> None:
         if time_limit_seconds is not None:
             time_limit_seconds = check_limit("time_limit_seconds", time_limit_seconds)
@@ -157,11 +160,14 @@ class Prober:
         self.alarm: LeakAlarm | None = None
         if on_leak is not None:
             self.alarm = LeakAlarm(on_leak, check_every=leak_check_every,
-                                   confirmations=leak_confirmations, options=leak_options)
+                                   confirmations=leak_confirmations, options=leak_options,
+                                   capture=capture_on_leak)
         else:
             check_int("leak_check_every", leak_check_every, 1)
             check_int("leak_confirmations", leak_confirmations, 1)
             check_leak_options(leak_options)
+            if capture_on_leak is not True:
+                check_capture_option(capture_on_leak)
         self._pm = plugin_manager or get_plugin_manager(load_entrypoints=load_entrypoints)
         self.registry: dict[str, ProbeInfo] = collect_probes(self._pm)
         self._probes: list[ScheduledProbe] = build_probes(
@@ -187,6 +193,7 @@ class Prober:
         self._key_fraction = make_key(prefix, "overhead", "fraction")
         self._hooks = SampleHooks(self._pm, prefix)
         self._any_errors = False  # a probe or a hook has failed: sample() adds errors/...
+        self._init_phases()
         _LIVE_PROBERS.add(self)
 
     def _renew_in_child(self) -> None:
@@ -194,7 +201,7 @@ class Prober:
         self._sampling = 0
         self.history.clear()
         if self.alarm is not None:
-            self.alarm.reset()
+            self.alarm.reset()  # a capture the parent had open is abandoned
         self._t_start = time.perf_counter()
         self._t_first = 0.0
         self._window_probe_seconds = 0.0
@@ -253,6 +260,8 @@ class Prober:
             if not self._started:
                 return
             self._started = False
+            if self.alarm is not None:
+                self.alarm.abandon_capture()
             for sp in self._probes:
                 try:
                     sp.stop()
@@ -413,6 +422,8 @@ class Prober:
         self.history.append(now, step, pid, values, shape)
         if self._sinks or hooks.end:
             sample = make_sample(now, step, pid, values)
+            if self._labels is not None:  # inside a phase, or a mark's sample
+                sample.__dict__["labels"] = self._labels
             for name, s in self._sinks:
                 try:
                     s.write(sample)
@@ -423,6 +434,8 @@ class Prober:
         alarm = self.alarm
         if alarm is not None and alarm.tick():
             self._check_leaks(alarm)
+        if alarm is not None and alarm.capture_due():
+            self._finish_capture(alarm, now, step, pid)
         return values
 
     def _sample_probe(self, sp: ScheduledProbe) -> dict[str, Number]:
@@ -462,29 +475,7 @@ class Prober:
         if self._reentrant:
             values[make_key(prefix, "errors", "reentrant")] = self._reentrant
 
-    def _check_leaks(self, alarm: LeakAlarm) -> None:
-        """The leak alarm's check: never raises into the caller's loop."""
-        try:
-            alarm.check(self.report(**alarm.options))
-        except Warning:
-            raise  # warnings turned into errors by the user's filters are theirs
-        except Exception as exc:
-            self._hook_failed("leak_alarm", "on_leak", exc)
-
     # -- reading back -----------------------------------------------------------
-    def report(self, **options: Any) -> Report:
-        """Leak verdicts on this Prober's ``history``, judged with its ``prefix``.
-
-        Options go to :func:`memprobe.analyze_samples` (``thresholds``,
-        ``warmup``, ``min_points``...).
-        """
-        from ._verdicts import analyze_samples
-
-        with self._lock:
-            samples = list(self.history)
-        options.setdefault("prefix", self.prefix)
-        return analyze_samples(samples, **options)
-
     def series(self, key: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` for one metric over ``history``; x is the step, or the sample index."""
         with self._lock:

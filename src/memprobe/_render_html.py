@@ -6,7 +6,7 @@ import base64
 import html
 from collections.abc import Sequence
 
-from ._render_text import HEADER, heading, rows, totals
+from ._render_text import HEADER, heading, phase_header, phase_rows, rows, totals
 from ._runs import RunSummary
 
 _STYLE = (
@@ -52,6 +52,16 @@ def render(summaries: Sequence[RunSummary], png: bytes | None, files: Sequence[s
             parts.append(f"<h3>{e(s.suspects_title)}</h3><ul>")
             parts += [f"<li><code>{e(site)}</code> {e(detail)}</li>" for site, detail in s.suspects]
             parts.append("</ul>")
+        if s.captured:
+            parts.append("<h3>captured when the leak alarm fired</h3><ul>")
+            parts += [f"<li><code>{e(site)}</code> {e(detail)}</li>" for site, detail in s.captured]
+            parts.append("</ul>")
+        if s.phases:
+            parts.append("<h3>growth per phase</h3><table class='phases'>")
+            parts.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in phase_header(s)) + "</tr>")
+            for row in phase_rows(s):
+                parts.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>")
+            parts.append("</table>")
         for h in s.hints:
             parts.append(f"<p class='hint'>hint: {e(h)}</p>")
     parts.append("</body></html>")

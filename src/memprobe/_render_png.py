@@ -73,6 +73,7 @@ def figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
                     rate = m.verdict.rate_per_hour
                     labels.append(f"leak from {t - t0:.1f} s" + (
                         f": {fmt(rate, m.unit, True)}/h" if rate is not None else ""))
+        _draw_phases(ax, summaries, t0, first=ax is axes[0, 0])
         if labels:
             # Inside the frame, top left, on a white box: never over the frame or the title.
             ax.text(0.01, 0.95, "; ".join(labels[:2]), transform=ax.transAxes, color="red",
@@ -86,6 +87,34 @@ def figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
         if len(summaries) <= 8:
             ax.legend(loc="lower right", fontsize=8)
     axes[-1, 0].set_xlabel("seconds since the first sample")
-    fig.suptitle("memprobe: memory over time (red: leak detected)")
+    fig.suptitle("memprobe: memory over time (red: leak detected)"
+                 + ("; shaded: phases, dashed: marks" if any(s.spans or s.marks
+                                                            for s in summaries) else ""))
     fig.tight_layout()
     return fig
+
+
+#: Colours of the phases' bands, by label in order of first appearance.
+PHASE_COLORS = ("tab:blue", "tab:green", "tab:purple", "tab:orange", "tab:brown", "tab:olive")
+
+
+def _draw_phases(ax: Any, summaries: Sequence[RunSummary], t0: float, first: bool) -> None:
+    """Spans as shaded bands, marks as dashed vertical lines; in the top panel, each
+    label once, at its first occurrence, along the bottom of the frame."""
+    colors: dict[str, str] = {}
+    named: set[str] = set()
+
+    def name(x: float, label: str, color: str) -> None:
+        if first and label not in named:
+            named.add(label)
+            ax.text(x, 0.02, safe(label, 20), transform=ax.get_xaxis_transform(),
+                    fontsize=7, color=color, va="bottom", ha="left", clip_on=True)
+
+    for s in summaries:
+        for start, end, label in s.spans:
+            color = colors.setdefault(label, PHASE_COLORS[len(colors) % len(PHASE_COLORS)])
+            ax.axvspan(start - t0, end - t0, color=color, alpha=0.12, linewidth=0, zorder=0)
+            name(start - t0, label, color)
+        for t, label in s.marks:
+            ax.axvline(t - t0, color="0.35", linestyle="--", linewidth=0.8, zorder=1)
+            name(t - t0, label, "0.25")

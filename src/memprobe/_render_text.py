@@ -31,6 +31,24 @@ def rows(summary: RunSummary) -> list[list[str]]:
              fmt(m.growth, m.unit, True), verdict_text(m)] for m in summary.metrics]
 
 
+def phase_header(summary: RunSummary) -> list[str]:
+    """The header of the growth-per-phase table."""
+    return ["phase", "spans", "seconds", *(m.short for m in summary.phase_metrics)]
+
+
+def phase_rows(summary: RunSummary) -> list[list[str]]:
+    """The growth-per-phase table's rows (no header), cells safe to print; the time
+    outside every span is ``(outside)``."""
+    out = []
+    for g in summary.phases:
+        growth = g.growth or {}
+        out.append([safe(g.label) if g.label else "(outside)",
+                    str(g.spans) if g.label else "-", f"{g.seconds:.1f}",
+                    *(fmt(growth[m.key], m.unit, True) if m.key in growth else "-"
+                      for m in summary.phase_metrics)])
+    return out
+
+
 def heading(summary: RunSummary) -> str:
     """``pid 12 (role=main) leaky.py: 46 samples over 1.3 s (run.jsonl)``, safe to print."""
     run = summary.run
@@ -55,6 +73,12 @@ def section(summary: RunSummary) -> str:
     if summary.suspects:
         lines.append(f"  {summary.suspects_title}:")
         lines += [f"    {safe(site)}  {safe(detail)}" for site, detail in summary.suspects]
+    if summary.captured:
+        lines.append("  captured when the leak alarm fired:")
+        lines += [f"    {safe(site)}  {safe(detail)}" for site, detail in summary.captured]
+    if summary.phases:
+        lines.append("  growth per phase:")
+        lines.append(table([phase_header(summary), *phase_rows(summary)]))
     lines += [f"  hint: {h}" for h in summary.hints]
     return "\n".join(lines)
 

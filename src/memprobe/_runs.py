@@ -19,6 +19,7 @@ from typing import Any
 from . import keys
 from ._errors import MemprobeWarning
 from ._jsonl import JsonlReadError, iter_records
+from ._phases import PhaseGrowth, mark_times, phase_growth
 from ._sample import Sample
 from ._verdicts import DEFAULT_METRICS, STATUS_WORDS, analyze, analyze_samples
 from .metrics import PROBER_METRICS, Metric, as_metric, lookup
@@ -89,6 +90,15 @@ class RunSummary:
     suspects: list[tuple[str, str]]
     #: What to do next: run longer, or name the leaking line.
     hints: list[str]
+    #: Growth per phase (empty when no sample is in a phase), outside every span last.
+    phases: list[PhaseGrowth] = field(default_factory=list)
+    #: The metrics (short keys) ``phases`` gives the growth of.
+    phase_metrics: list[MetricSummary] = field(default_factory=list)
+    #: Marks as ``(time, label)`` and spans as ``(start, end, label)``, for the plot.
+    marks: list[tuple[float, str]] = field(default_factory=list)
+    spans: list[tuple[float, float, str]] = field(default_factory=list)
+    #: What the alarm's deep capture named: ``(site or type, detail)``.
+    captured: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def n_leaks(self) -> int:
@@ -270,7 +280,45 @@ def summarize(run: ProcessRun) -> RunSummary:
     if any(m.leak for m in out) and not probes & set(NAMING_PROBES):
         hints.append("to name the line that leaks, rerun with --probes process,gc,tracemalloc "
                      "(or add objects to name the type of object that piles up)")
-    return RunSummary(run, out, report, notes, title, suspects, hints)
+    summary = RunSummary(run, out, report, notes, title, suspects, hints)
+    summary.phase_metrics = [m for m in out if m.short in PHASE_METRICS][:4]
+    summary.phases = phase_growth(run.samples, [m.key for m in summary.phase_metrics])
+    summary.marks, summary.spans = mark_times(run.samples)
+    summary.captured = _captured(run)
+    if summary.captured:  # the capture named the line: no need to rerun for it
+        summary.hints = [h for h in hints if not h.startswith("to name the line")]
+    return summary
+
+
+#: Metrics whose growth per phase the reports show, when the run has them (at most 4).
+PHASE_METRICS = ("process/rss_bytes", "tracemalloc/filtered_bytes",
+                 "tracemalloc/traced_bytes", "objects/total_count", "process/num_fds")
+
+
+def _captured(run: ProcessRun, n: int = 5) -> list[tuple[str, str]]:
+    """The culprits the alarm's deep capture wrote (keys under ``<prefix>/capture/``)."""
+    head = keys.prefix_path(run.prefix) + "capture"
+    out: list[tuple[str, str]] = []
+    for s in run.samples:
+        if head + "/duration_seconds" not in s.values:
+            continue
+        found: list[tuple[float, str, str]] = []
+        for k, v in s.values.items():
+            try:
+                parts = keys.split_key(k, head)
+            except ValueError:
+                continue
+            name = keys.site_name(parts.metric)
+            if name is None:
+                continue
+            if parts.probe == "objects" and parts.metric.endswith("/count"):
+                found.append((-1.0, name, f"+{int(v)} objects"))
+            elif parts.metric.endswith("/size_bytes"):
+                what = "native" if parts.probe == "memray" else "python"
+                found.append((float(v), name, f"{what}: {fmt(v, 'bytes')} kept"))
+        found.sort(key=lambda f: -f[0])
+        out += [(name, detail) for _, name, detail in found[:n]]
+    return out
 
 
 def summarize_all(runs: Sequence[ProcessRun]) -> list[RunSummary]:

@@ -16,9 +16,12 @@ class Sample:
 
     ``values`` maps flat keys (``memprobe/<probe>/<metric>``, see :mod:`memprobe.keys`)
     to numbers. It is read-only for everyone but the Prober that made it.
+    ``labels`` holds the phase markers of the sample (``{"phase": "eval"}``,
+    ``{"mark": "checkpoint"}``: see ``Prober.mark``), or None.
     """
 
     time_seconds: float
     step: int | None
     pid: int
     values: Mapping[str, Number]
+    labels: Mapping[str, str] | None = None

@@ -144,6 +144,9 @@ class JsonlSink:
         }
         if self.tags:
             record.update(self.tags)
+        labels = sample.labels
+        if labels:  # phase markers (memprobe._phases.LABEL_FIELDS)
+            record.update(labels)
         record["values"] = sample.values
         if _orjson is not None:
             try:

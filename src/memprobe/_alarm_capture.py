@@ -1,0 +1,149 @@
+"""The Prober's deep capture: when its leak alarm fires, name the culprits in this process.
+
+A Prober on the cheap probes (process, gc) sees *that* memory grows, not
+*where*. When its alarm fires for a metric whose verdict names no culprit,
+:class:`AlarmCapture` opens a :class:`memprobe.capture.CulpritCapture` in this
+process (a tracemalloc window, an objects count, a memray window when asked)
+for ``duration_seconds``. The Prober checks :meth:`AlarmCapture.due` at the end
+of each sample; when due, the capture is closed and its culprits are:
+
+- written to the Prober's sinks as one extra line (same time, step and pid),
+  with bounded keys ``<prefix>/capture/<probe>/<section>/<site>/<stat>``
+  (``tracemalloc/survivors/...``, ``memray/top/...``, ``objects/growth/...``)
+  and ``<prefix>/capture/{duration,start,finish}_seconds``;
+- put into the alarm (:attr:`memprobe.LeakAlarm.culprits`) and into the
+  verdicts that fired, in :attr:`memprobe.LeakAlarm.latest` and every later
+  check: their ``culprits`` start with the captured sites and types.
+
+One capture per process (per Prober): the first alarm that needs one. A
+forked child starts with none.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ._errors import ConfigError, show
+from ._flatten import SiteKeyCap, flatten
+from ._sample import Number
+from .keys import make_key, prefix_path
+
+if TYPE_CHECKING:
+    from ._verdicts import Verdict
+    from .capture import CulpritCapture, Culprits
+
+#: Options of :class:`memprobe.capture.CulpritCapture` that ``capture_on_leak`` takes.
+CAPTURE_OPTIONS = frozenset({
+    "duration_seconds", "native", "native_traces", "objects", "holders", "top",
+    "max_overhead_bytes", "holders_timeout_seconds",
+})
+#: The Prober's defaults: a memray window only when asked (``native=None`` or True).
+DEFAULTS: Mapping[str, Any] = {"duration_seconds": 10.0, "native": False}
+
+
+def check_capture_option(value: Any) -> dict[str, Any] | None:
+    """``capture_on_leak=``: True (the defaults), False / None (off), or a mapping of
+    :data:`CAPTURE_OPTIONS`. Returns the options, or None when off."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        options: dict[str, Any] = {}
+    elif isinstance(value, Mapping):
+        for k in value:
+            if k not in CAPTURE_OPTIONS:
+                raise ConfigError(f"capture_on_leak.{k}", "unknown option (options: "
+                                  f"{', '.join(sorted(CAPTURE_OPTIONS))})")
+        options = dict(value)
+    else:
+        raise ConfigError("capture_on_leak", f"must be a bool or a mapping of options, "
+                          f"got {show(value)}")
+    options = {**DEFAULTS, **options}
+    from .capture import CulpritCapture
+
+    CulpritCapture(**options)  # checks every value now, in the caller
+    return options
+
+
+def captured_names(culprits: Culprits, n: int = 5) -> tuple[str, ...]:
+    """The culprits a verdict shows: Python lines, then native sites, then types."""
+    names = [s for s, _, _ in culprits.python_sites[:3]]
+    names += [s.site for s in culprits.native_sites[:2]]
+    names += [t for t, _ in culprits.types[:2]]
+    return tuple(dict.fromkeys(names))[:n]
+
+
+class AlarmCapture:
+    """The capture a Prober opens when its alarm fires, and what it found."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = dict(options)
+        self._capture: CulpritCapture | None = None
+        #: The keys whose alarm opened the capture.
+        self.keys: tuple[str, ...] = ()
+        #: What the capture found (None until it closes).
+        self.culprits: Culprits | None = None
+        self.done = False
+        self._start_seconds = 0.0
+
+    @property
+    def active(self) -> bool:
+        """Whether a capture is open."""
+        return self._capture is not None
+
+    def maybe_start(self, fired: list[Verdict]) -> bool:
+        """Open the capture for verdicts that just alarmed, unless one already names a
+        culprit (a tracemalloc or objects probe did) or a capture was already made."""
+        if self.done or self._capture is not None or not fired:
+            return False
+        if any(v.culprits for v in fired):
+            return False
+        from .capture import CulpritCapture
+
+        t0 = time.perf_counter()
+        capture = CulpritCapture(**self.options)
+        capture.start()
+        self._capture = capture
+        self._start_seconds = time.perf_counter() - t0
+        self.keys = tuple(v.key for v in fired)
+        return True
+
+    def due(self) -> bool:
+        """Whether the open capture should be closed now."""
+        capture = self._capture
+        return capture is not None and capture.due()
+
+    def finish(self, prefix: str) -> dict[str, Number]:
+        """Close the capture; the flat values (keys under ``<prefix>/capture/``) of the
+        line it adds to the sinks."""
+        capture, self._capture = self._capture, None
+        assert capture is not None
+        self.done = True
+        t0 = time.perf_counter()
+        try:
+            culprits = capture.finish()
+        finally:
+            capture.abandon()  # a no-op once finished; releases tracing if finish() failed
+        finish_seconds = time.perf_counter() - t0
+        self.culprits = culprits
+        top = int(self.options.get("top", 10))
+        values = flatten(culprits.sections(), prefix=prefix_path(prefix) + "capture",
+                         site_key_cap=SiteKeyCap(3 * top))
+        values[make_key(prefix, "capture", "duration_seconds")] = culprits.duration_seconds
+        values[make_key(prefix, "capture", "start_seconds")] = self._start_seconds
+        values[make_key(prefix, "capture", "finish_seconds")] = finish_seconds
+        return values
+
+    def abandon(self) -> None:
+        """Close an open capture without a result (the Prober stops, or forked)."""
+        capture, self._capture = self._capture, None
+        if capture is not None:
+            capture.abandon()
+
+    def reset(self) -> None:
+        """Forget everything (a forked child makes its own capture)."""
+        self.abandon()
+        self.keys = ()
+        self.culprits = None
+        self.done = False
