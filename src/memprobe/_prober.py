@@ -187,6 +187,11 @@ class Prober:
         self._key_fraction = make_key(prefix, "overhead", "fraction")
         self._hooks = SampleHooks(self._pm, prefix)
         self._any_errors = False  # a probe or a hook has failed: sample() adds errors/...
+        #: ``(probe, its flat sampler, its overhead key)`` for each probe while every
+        #: probe runs in every sample through its flat sampler and nothing has failed
+        #: (see ``_plain_probes``); else None, and ``_sample`` takes the general path.
+        self._plain: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...] | None = None
+        self._plain_shape = -1
         _LIVE_PROBERS.add(self)
 
     def _renew_in_child(self) -> None:
@@ -245,7 +250,25 @@ class Prober:
                     sp.start()
                 except Exception as exc:
                     self._fail(sp, exc, "start", fatal=True)
+            self._plain_probes()
         return self
+
+    def _plain_probes(self) -> None:
+        """Set ``_plain`` when every sample runs every probe through its flat sampler:
+        no schedule (``every=1``, no interval), no time limit, no isolation, no
+        ``memprobe_sample_flattened`` hook, nothing failed. Cleared by any failure and
+        by ``stop()``; ``sample()`` also checks ``budget`` and the hooks' errors."""
+        self._plain = None
+        if self._any_errors or self._hooks.derive or not self._started or not self._probes:
+            return
+        shape = 2
+        for sp in self._probes:
+            if (sp.fast is None or not sp.started or sp.disabled or sp.worker is not None
+                    or sp.every != 1 or sp.interval_seconds or sp.time_limit is not None):
+                return
+            shape |= sp.bit
+        self._plain = tuple((sp, sp.fast, sp.overhead_key) for sp in self._probes)
+        self._plain_shape = shape
 
     def stop(self) -> None:
         """Stop every probe and close the sinks. Safe to call twice."""
@@ -253,6 +276,7 @@ class Prober:
             if not self._started:
                 return
             self._started = False
+            self._plain = None
             for sp in self._probes:
                 try:
                     sp.stop()
@@ -296,10 +320,12 @@ class Prober:
     def _fail(self, sp: ScheduledProbe, exc: BaseException, where: str,
               fatal: bool = False) -> None:
         self._any_errors = True
+        self._plain = None
         sp.fail(exc, where, self.max_failures, make_key(self.prefix, "errors", sp.name), fatal)
 
     def _hook_failed(self, name: str, hook: str, exc: BaseException) -> None:
         self._any_errors = True
+        self._plain = None
         self._hooks.failed(name, hook, exc)
 
     # -- sampling ---------------------------------------------------------------
@@ -323,13 +349,54 @@ class Prober:
         if self._sampling == me:
             self._reentrant += 1
             self._any_errors = True
+            self._plain = None
             return {}
         with self._lock:
             self._sampling = me
             try:
+                plain = self._plain
+                if plain is not None and self.budget is None and not self._hooks.errors:
+                    return self._sample_plain(plain, step, force)
                 return self._sample(step, force)
             finally:
                 self._sampling = 0
+
+    def _sample_plain(self, plain: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...],
+                      step: int | None, force: bool) -> dict[str, Number]:
+        """``_sample`` for a Prober whose probes all run in every sample through their
+        flat samplers (``_plain``): the same values, without the schedule's checks."""
+        t0 = t1 = _perf_counter()
+        self._calls += 1
+        values: dict[str, Number] | None = None
+        shape = self._plain_shape
+        for sp, fast, overhead_key in plain:
+            try:
+                flat = fast()
+                if flat is None:  # not usable now (e.g. forked): the ordinary path
+                    flat = self._sample_probe(sp)
+                    shape = -1
+            except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end the job
+                self._fail(sp, exc, "sample")
+                flat = None
+                shape = -1
+            t2 = _perf_counter()
+            if flat is not None:
+                if values is None:  # a probe's flat dict is new: the first one is the result
+                    values = flat
+                else:
+                    values.update(flat)
+                values[overhead_key] = t2 - t1
+            t1 = t2
+        if self._t_first:
+            self._window_probe_seconds += t1 - t0
+        if values is None:
+            if not force:
+                return {}
+            values = {}
+        if self._any_errors:  # a probe failed just now
+            self._add_errors(values)
+            shape = -1
+        return self._finish(values, t0, shape, step)
 
     def _sample(self, step: int | None, force: bool) -> dict[str, Number]:
         if not self._started:
@@ -398,6 +465,12 @@ class Prober:
         if hooks.derive:
             hooks.run_derive(values, self)
             shape = -1
+        return self._finish(values, t0, shape, step)
+
+    def _finish(self, values: dict[str, Number], t0: float, shape: int,
+                step: int | None) -> dict[str, Number]:
+        """The end of a sample: the overhead metrics, the history, the sinks and
+        ``memprobe_sample_end`` hooks, the leak alarm."""
         t3 = _perf_counter()
         values[self._key_sample_seconds] = t3 - t0
         if self._t_first:
@@ -411,6 +484,7 @@ class Prober:
         now = _time()
         pid = _pid_box[0]
         self.history.append(now, step, pid, values, shape)
+        hooks = self._hooks
         if self._sinks or hooks.end:
             sample = make_sample(now, step, pid, values)
             for name, s in self._sinks:
