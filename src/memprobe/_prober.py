@@ -15,8 +15,8 @@ import pluggy
 
 from ._alarm import LeakAlarm, OnLeak, check_leak_options
 from ._components import bind_keys, build_probes, build_sinks, describe_key, discard
-from ._errors import ConfigError, MetricValueError, ProbeError, ProbeFailedWarning, show
-from ._flatten import SiteKeyCap, compiled_flattener, flatten
+from ._errors import ConfigError, ProbeError, ProbeFailedWarning, show
+from ._flatten import SiteKeyCap
 from ._history import MAX_HISTORY, History, make_sample
 from ._hooks import SampleHooks
 from ._options import (
@@ -34,7 +34,7 @@ from ._pid import _current as _pid_box  # current_pid() without the call
 from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
 from ._sample import Number
 from ._scheduled import ScheduledProbe
-from ._sinks import Sink
+from ._sinks import JsonlSink, Sink
 from .keys import make_key
 from .metrics import Metric
 
@@ -172,6 +172,11 @@ class Prober:
         except BaseException:
             discard(self._probes, [])
             raise
+        # Each sink, and for the built-in JSONL sink its writer of a sample's fields.
+        self._sink_writers: list[tuple[str, Sink, Callable[..., None] | None]] = [
+            (name, s, s._write_values if type(s).write is JsonlSink.write else None)
+            for name, s in self._sinks]
+        self._sample_sinks = any(w is None for _, _, w in self._sink_writers)
         self._started = False
         self.history = History(history)
         self.site_key_cap = SiteKeyCap(max_site_keys)
@@ -187,9 +192,7 @@ class Prober:
         self._key_fraction = make_key(prefix, "overhead", "fraction")
         self._hooks = SampleHooks(self._pm, prefix)
         self._any_errors = False  # a probe or a hook has failed: sample() adds errors/...
-        #: ``(probe, its flat sampler, its overhead key)`` for each probe while every
-        #: probe runs in every sample through its flat sampler and nothing has failed
-        #: (see ``_plain_probes``); else None, and ``_sample`` takes the general path.
+        # (probe, flat sampler, overhead key) of each probe, or None: see _plain_probes.
         self._plain: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...] | None = None
         self._plain_shape = -1
         _LIVE_PROBERS.add(self)
@@ -254,21 +257,13 @@ class Prober:
         return self
 
     def _plain_probes(self) -> None:
-        """Set ``_plain`` when every sample runs every probe through its flat sampler:
-        no schedule (``every=1``, no interval), no time limit, no isolation, no
-        ``memprobe_sample_flattened`` hook, nothing failed. Cleared by any failure and
-        by ``stop()``; ``sample()`` also checks ``budget`` and the hooks' errors."""
-        self._plain = None
-        if self._any_errors or self._hooks.derive or not self._started or not self._probes:
-            return
-        shape = 2
-        for sp in self._probes:
-            if (sp.fast is None or not sp.started or sp.disabled or sp.worker is not None
-                    or sp.every != 1 or sp.interval_seconds or sp.time_limit is not None):
-                return
-            shape |= sp.bit
-        self._plain = tuple((sp, sp.fast, sp.overhead_key) for sp in self._probes)
-        self._plain_shape = shape
+        """``_plain`` while every probe is ``plain`` and nothing has failed (cleared by a
+        failure and ``stop()``; ``sample()`` checks ``budget`` and the hooks' errors)."""
+        ok = self._started and not (self._any_errors or self._hooks.derive)
+        probes = self._probes
+        self._plain = tuple((sp, sp.fast, sp.overhead_key) for sp in probes) if (
+            ok and probes and all(sp.plain for sp in probes)) else None
+        self._plain_shape = functools.reduce(int.__or__, (sp.bit for sp in probes), 2)
 
     def stop(self) -> None:
         """Stop every probe and close the sinks. Safe to call twice."""
@@ -363,8 +358,7 @@ class Prober:
 
     def _sample_plain(self, plain: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...],
                       step: int | None, force: bool) -> dict[str, Number]:
-        """``_sample`` for a Prober whose probes all run in every sample through their
-        flat samplers (``_plain``): the same values, without the schedule's checks."""
+        """``_sample`` when every probe runs in every sample through its flat sampler."""
         t0 = t1 = _perf_counter()
         self._calls += 1
         values: dict[str, Number] | None = None
@@ -373,7 +367,7 @@ class Prober:
             try:
                 flat = fast()
                 if flat is None:  # not usable now (e.g. forked): the ordinary path
-                    flat = self._sample_probe(sp)
+                    flat = sp.sample_values(self.prefix, self.site_key_cap)
                     shape = -1
             except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end the job
                 self._fail(sp, exc, "sample")
@@ -419,7 +413,7 @@ class Prober:
                 fast = sp.fast
                 flat = fast() if fast is not None and sp.started else None
                 if flat is None:
-                    flat = self._sample_probe(sp)
+                    flat = sp.sample_values(self.prefix, self.site_key_cap)
                     shape = -1
                 elif shape > 0:
                     shape |= sp.bit
@@ -485,44 +479,21 @@ class Prober:
         pid = _pid_box[0]
         self.history.append(now, step, pid, values, shape)
         hooks = self._hooks
-        if self._sinks or hooks.end:
-            sample = make_sample(now, step, pid, values)
-            for name, s in self._sinks:
-                try:
+        sample = make_sample(now, step, pid, values) if self._sample_sinks or hooks.end else None
+        for name, s, write in self._sink_writers:
+            try:
+                if write is not None:
+                    write(now, step, pid, values)
+                else:
                     s.write(sample)
-                except Exception as exc:  # a user's sink; JsonlSink reports its own errors
-                    self._hook_failed(name, "write", exc)
-            if hooks.end:
-                hooks.run_end(sample, self)
+            except Exception as exc:  # a user's sink; JsonlSink reports its own errors
+                self._hook_failed(name, "write", exc)
+        if hooks.end:
+            hooks.run_end(sample, self)
         alarm = self.alarm
         if alarm is not None and alarm.tick():
             self._check_leaks(alarm)
         return values
-
-    def _sample_probe(self, sp: ScheduledProbe) -> dict[str, Number]:
-        """One probe's values through the ordinary path: ``sample()``, checks, flatten."""
-        res = sp.probe.sample() if sp.started and sp.worker is None else sp.sample()
-        if type(res) is not dict and not isinstance(res, Mapping):
-            raise MetricValueError(
-                sp.name, f"sample() returned {type(res).__name__}, not a mapping"
-            )
-        if len(res) > sp.max_keys:
-            raise MetricValueError(
-                sp.name, f"sample() returned {len(res)} keys, over max_keys="
-                f"{sp.max_keys}; the sample is dropped",
-            )
-        run = sp.flattener  # the compiled flatten of this probe's usual shape
-        flat: dict[str, Number] | None = None if run is None else run({sp.name: res})
-        if flat is None:
-            flat = flatten({sp.name: res}, prefix=self.prefix,
-                           site_key_cap=self.site_key_cap, max_keys=sp.max_keys)
-            sp.flattener = compiled_flattener((sp.name,), self.prefix)
-            if len(flat) > sp.max_keys:
-                raise MetricValueError(
-                    sp.name, f"sample() flattened to {len(flat)} keys, over max_keys="
-                    f"{sp.max_keys}; the sample is dropped",
-                )
-        return flat
 
     def _add_errors(self, values: dict[str, Number]) -> None:
         prefix = self.prefix
