@@ -169,7 +169,18 @@ class JsonlSink:
                 fd = self._fd
             else:
                 fd = self._open()
-            data = self._encode(time_seconds, step, pid, values)
+            record: dict[str, Any] = {"time": time_seconds, "step": step, "pid": pid}
+            if self.tags:
+                record.update(self.tags)
+            record["values"] = values
+            data = b""  # _encode, inlined: this is every sample's path
+            if _orjson is not None:
+                try:
+                    data = _orjson.dumps(record, option=_ORJSON_OPTIONS)
+                except TypeError:  # orjson.JSONEncodeError: what json.dumps takes below
+                    pass
+            if not data:
+                data = _json_line(record)
             n = os.write(fd, data)
             while n < len(data):  # a short write (a nearly full disk): append the rest
                 if n <= 0:
