@@ -134,6 +134,8 @@ class History(Sequence[Sample]):
             if not self._refs[new]:
                 self._drop(new)
         else:
+            if overwritten == new:  # a full ring of one layout: no count changes
+                return
             self._rows[row] = new
             self._refs[new] += 1
         if overwritten != _ASIDE:

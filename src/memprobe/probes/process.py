@@ -77,7 +77,7 @@ class ProcessProbe:
 
     # Set before the options are checked, so that a probe refused by a bad option
     # has nothing to close when it is collected.
-    _statm = _stat = _fd_dirfd = _task_fd = -1
+    _statm = _stat = _fd_dirfd = _task_fd = _flat_in = -1
     _proc: Any = None
 
     def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None,
@@ -133,6 +133,8 @@ class ProcessProbe:
             self._proc = psutil.Process(pid)
         self._opened_in = current_pid()
         self._counted_at = float("-inf")  # the counts taken before belong to another process
+        if self._statm >= 0 and self._task_fd >= 0 and (self._fd_dirfd >= 0 or not self.fds):
+            self._flat_in = self._opened_in  # the flat sampler's fds are open here
 
     def _close(self) -> None:
         for fd in (self._statm, self._stat, self._fd_dirfd, self._task_fd):
@@ -142,6 +144,7 @@ class ProcessProbe:
                 except OSError:
                     pass
         self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
+        self._flat_in = -1
         self._proc = None
 
     def __del__(self) -> None:
@@ -149,7 +152,8 @@ class ProcessProbe:
 
     def __getstate__(self) -> dict[str, Any]:  # kept fds and psutil objects do not pickle
         state = self.__dict__.copy()
-        state.update(_proc=None, _statm=-1, _stat=-1, _fd_dirfd=-1, _task_fd=-1, _opened_in=-1)
+        state.update(_proc=None, _statm=-1, _stat=-1, _fd_dirfd=-1, _task_fd=-1, _opened_in=-1,
+                     _flat_in=-1)
         return state
 
     # -- sampling ----------------------------------------------------------
@@ -185,12 +189,9 @@ class ProcessProbe:
         clock, max_age = _perf_counter, self.count_max_age_seconds
 
         def sample() -> dict[str, int] | None:
-            statm = self._statm
-            if self._opened_in != pid_box[0] or statm < 0 or self._task_fd < 0 or (
-                fds and self._fd_dirfd < 0
-            ):
+            if self._flat_in != pid_box[0]:  # not opened in this process, or no kept fds
                 return None
-            f = pread(statm, 256, 0).split()
+            f = pread(self._statm, 256, 0).split()
             now = clock()
             if now - self._counted_at >= max_age:
                 self._threads = fstat(self._task_fd).st_nlink - 2
