@@ -165,3 +165,12 @@ def test_a_failing_flat_sampler_leaves_the_plain_path(tmp_path) -> None:
         assert values["memprobe/errors/process"] == 1
         assert "memprobe/gc/garbage_count" in values
         assert "memprobe/process/rss_bytes" not in values
+
+
+def test_a_budget_set_later_takes_the_general_path() -> None:
+    with memprobe.Prober(["process", "gc"], load_entrypoints=False) as prober:
+        prober.sample()
+        prober.budget = 1e-9  # each probe may now run only once its cost has passed many times
+        prober.sample()
+        skipped = prober.sample()  # the budget spaces the probes out: none is due yet
+    assert "memprobe/process/rss_bytes" not in skipped
