@@ -126,7 +126,9 @@ class GcProbe:
 
     def _flat_sampler(self, head: str) -> Callable[[], dict[str, Any] | None] | None:
         """What the Prober calls instead of ``sample()`` + flatten: the same values under
-        their final keys (``head`` is ``<prefix>/<name>/``), in the same order."""
+        their final keys (``head`` is ``<prefix>/<name>/``). ``gc.get_stats()`` is read
+        again only when a collection has ended since the last read (see
+        ``STATS_MAX_AGE_SECONDS``); the generation counts are read in every sample."""
         if self.collect:
             return None
         gens = [tuple(head + k for k in keys) for keys in _KEYS]
