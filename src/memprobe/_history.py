@@ -92,24 +92,25 @@ class History(Sequence[Sample]):
             for values with the same keys, in the same order, of the same types: the
             same shape as the previous sample's skips comparing keys and types.
         """
-        vals = tuple(values.values())
         layout = self._last
         if shape < 0 or shape != self._shape or layout is None:
+            vals = tuple(values.values())
             keys = tuple(values)
             types = tuple(map(type, vals))
             if layout is None or keys != layout.keys or types != layout.types:
                 layout = self._layout(keys, types)
             self._shape = shape
         n = self._len
-        overwritten = _ASIDE
-        if n < self.maxlen:
+        maxlen = self.maxlen
+        if n < maxlen:
             row = self._start + n
-            if row >= self.maxlen:
-                row -= self.maxlen
+            if row >= maxlen:
+                row -= maxlen
             self._len = n + 1
+            overwritten = _ASIDE
         else:
             row = self._start
-            self._start = row + 1 if row + 1 < self.maxlen else 0
+            self._start = row + 1 if row + 1 < maxlen else 0
             overwritten = self._rows[row]
         if self._aside:
             self._aside.pop(row, None)
@@ -126,17 +127,21 @@ class History(Sequence[Sample]):
         self._pids[row] = pid
         new = self._last_id
         try:
-            layout.packer.pack_into(self._data, row * self._row_bytes, *vals)
-            self._rows[row] = new
-            self._refs[new] += 1
+            layout.packer.pack_into(self._data, row * self._row_bytes, *values.values())
         except struct.error:  # an int beyond int64: kept as it is
             self._aside[row] = dict(values)
             self._rows[row] = _ASIDE
             if not self._refs[new]:
                 self._drop(new)
+        else:
+            if overwritten == new:  # a full ring of one layout: no count changes
+                return
+            self._rows[row] = new
+            self._refs[new] += 1
         if overwritten != _ASIDE:
-            self._refs[overwritten] -= 1
-            if not self._refs[overwritten]:
+            refs = self._refs
+            refs[overwritten] -= 1
+            if not refs[overwritten]:
                 self._drop(overwritten)
 
     def _drop(self, i: int) -> None:

@@ -16,8 +16,8 @@ import pluggy
 from ._alarm import LeakAlarm, OnLeak, check_leak_options
 from ._alarm_capture import check_capture_option
 from ._components import bind_keys, build_probes, build_sinks, describe_key, discard
-from ._errors import ConfigError, MetricValueError, ProbeError, ProbeFailedWarning, show
-from ._flatten import SiteKeyCap, compiled_flattener, flatten
+from ._errors import ConfigError, ProbeError, ProbeFailedWarning, show
+from ._flatten import SiteKeyCap
 from ._history import MAX_HISTORY, History, make_sample
 from ._hooks import SampleHooks
 from ._options import (
@@ -36,7 +36,7 @@ from ._pid import _current as _pid_box  # current_pid() without the call
 from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
 from ._sample import Number
 from ._scheduled import ScheduledProbe
-from ._sinks import Sink
+from ._sinks import JsonlSink, Sink
 from .keys import make_key
 from .metrics import Metric
 
@@ -178,6 +178,11 @@ class Prober(PhaseMixin):
         except BaseException:
             discard(self._probes, [])
             raise
+        # Each sink, and for the built-in JSONL sink its writer of a sample's fields.
+        self._sink_writers: list[tuple[str, Sink, Callable[..., None] | None]] = [
+            (name, s, s._write_values if type(s).write is JsonlSink.write else None)
+            for name, s in self._sinks]
+        self._sample_sinks = any(w is None for _, _, w in self._sink_writers)
         self._started = False
         self.history = History(history)
         self.site_key_cap = SiteKeyCap(max_site_keys)
@@ -194,6 +199,9 @@ class Prober(PhaseMixin):
         self._hooks = SampleHooks(self._pm, prefix)
         self._any_errors = False  # a probe or a hook has failed: sample() adds errors/...
         self._init_phases()
+        # (probe, flat sampler, overhead key) of each probe, or None: see _plain_probes.
+        self._plain: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...] | None = None
+        self._plain_shape = -1
         _LIVE_PROBERS.add(self)
 
     def _renew_in_child(self) -> None:
@@ -252,7 +260,17 @@ class Prober(PhaseMixin):
                     sp.start()
                 except Exception as exc:
                     self._fail(sp, exc, "start", fatal=True)
+            self._plain_probes()
         return self
+
+    def _plain_probes(self) -> None:
+        """``_plain`` while every probe is ``plain`` and nothing has failed (cleared by a
+        failure and ``stop()``; ``sample()`` checks ``budget`` and the hooks' errors)."""
+        ok = self._started and not (self._any_errors or self._hooks.derive)
+        probes = self._probes
+        self._plain = tuple((sp, sp.fast, sp.overhead_key) for sp in probes) if (
+            ok and probes and all(sp.plain for sp in probes)) else None
+        self._plain_shape = functools.reduce(int.__or__, (sp.bit for sp in probes), 2)
 
     def stop(self) -> None:
         """Stop every probe and close the sinks. Safe to call twice."""
@@ -262,6 +280,7 @@ class Prober(PhaseMixin):
             self._started = False
             if self.alarm is not None:
                 self.alarm.abandon_capture()
+            self._plain = None
             for sp in self._probes:
                 try:
                     sp.stop()
@@ -305,10 +324,12 @@ class Prober(PhaseMixin):
     def _fail(self, sp: ScheduledProbe, exc: BaseException, where: str,
               fatal: bool = False) -> None:
         self._any_errors = True
+        self._plain = None
         sp.fail(exc, where, self.max_failures, make_key(self.prefix, "errors", sp.name), fatal)
 
     def _hook_failed(self, name: str, hook: str, exc: BaseException) -> None:
         self._any_errors = True
+        self._plain = None
         self._hooks.failed(name, hook, exc)
 
     # -- sampling ---------------------------------------------------------------
@@ -332,13 +353,53 @@ class Prober(PhaseMixin):
         if self._sampling == me:
             self._reentrant += 1
             self._any_errors = True
+            self._plain = None
             return {}
         with self._lock:
             self._sampling = me
             try:
+                plain = self._plain
+                if plain is not None and self.budget is None and not self._hooks.errors:
+                    return self._sample_plain(plain, step, force)
                 return self._sample(step, force)
             finally:
                 self._sampling = 0
+
+    def _sample_plain(self, plain: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...],
+                      step: int | None, force: bool) -> dict[str, Number]:
+        """``_sample`` when every probe runs in every sample through its flat sampler."""
+        t0 = t1 = _perf_counter()
+        self._calls += 1
+        values: dict[str, Number] | None = None
+        shape = self._plain_shape
+        for sp, fast, overhead_key in plain:
+            try:
+                flat = fast()
+                if flat is None:  # not usable now (e.g. forked): the ordinary path
+                    flat = sp.sample_values(self.prefix, self.site_key_cap)
+                    shape = -1
+            except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end the job
+                self._fail(sp, exc, "sample")
+                flat = None
+                shape = -1
+            t2 = _perf_counter()
+            if flat is not None:
+                if values is None:  # a probe's flat dict is new: the first one is the result
+                    values = flat
+                else:
+                    values.update(flat)
+                values[overhead_key] = t2 - t1
+            t1 = t2
+        if self._t_first:
+            self._window_probe_seconds += t1 - t0
+        if values is None:
+            if not force:
+                return {}
+            values = {}
+        if self._any_errors:  # a probe failed just now
+            self._add_errors(values)
+            shape = -1
+        return self._finish(values, t0, shape, step)
 
     def _sample(self, step: int | None, force: bool) -> dict[str, Number]:
         if not self._started:
@@ -361,7 +422,7 @@ class Prober(PhaseMixin):
                 fast = sp.fast
                 flat = fast() if fast is not None and sp.started else None
                 if flat is None:
-                    flat = self._sample_probe(sp)
+                    flat = sp.sample_values(self.prefix, self.site_key_cap)
                     shape = -1
                 elif shape > 0:
                     shape |= sp.bit
@@ -407,6 +468,12 @@ class Prober(PhaseMixin):
         if hooks.derive:
             hooks.run_derive(values, self)
             shape = -1
+        return self._finish(values, t0, shape, step)
+
+    def _finish(self, values: dict[str, Number], t0: float, shape: int,
+                step: int | None) -> dict[str, Number]:
+        """The end of a sample: the overhead metrics, the history, the sinks and
+        ``memprobe_sample_end`` hooks, the leak alarm."""
         t3 = _perf_counter()
         values[self._key_sample_seconds] = t3 - t0
         if self._t_first:
@@ -420,48 +487,28 @@ class Prober(PhaseMixin):
         now = _time()
         pid = _pid_box[0]
         self.history.append(now, step, pid, values, shape)
-        if self._sinks or hooks.end:
-            sample = make_sample(now, step, pid, values)
-            if self._labels is not None:  # inside a phase, or a mark's sample
-                sample.__dict__["labels"] = self._labels
-            for name, s in self._sinks:
-                try:
+        hooks = self._hooks
+        labels = self._labels  # inside a phase, or a mark's sample: sinks get a Sample
+        sample = (make_sample(now, step, pid, values)
+                  if self._sample_sinks or hooks.end or labels is not None else None)
+        if labels is not None:
+            sample.__dict__["labels"] = labels  # type: ignore[union-attr]
+        for name, s, write in self._sink_writers:
+            try:
+                if write is not None and labels is None:
+                    write(now, step, pid, values)
+                else:
                     s.write(sample)
-                except Exception as exc:  # a user's sink; JsonlSink reports its own errors
-                    self._hook_failed(name, "write", exc)
-            if hooks.end:
-                hooks.run_end(sample, self)
+            except Exception as exc:  # a user's sink; JsonlSink reports its own errors
+                self._hook_failed(name, "write", exc)
+        if hooks.end:
+            hooks.run_end(sample, self)
         alarm = self.alarm
         if alarm is not None and alarm.tick():
             self._check_leaks(alarm)
         if alarm is not None and alarm.capture_due():
             self._finish_capture(alarm, now, step, pid)
         return values
-
-    def _sample_probe(self, sp: ScheduledProbe) -> dict[str, Number]:
-        """One probe's values through the ordinary path: ``sample()``, checks, flatten."""
-        res = sp.probe.sample() if sp.started and sp.worker is None else sp.sample()
-        if type(res) is not dict and not isinstance(res, Mapping):
-            raise MetricValueError(
-                sp.name, f"sample() returned {type(res).__name__}, not a mapping"
-            )
-        if len(res) > sp.max_keys:
-            raise MetricValueError(
-                sp.name, f"sample() returned {len(res)} keys, over max_keys="
-                f"{sp.max_keys}; the sample is dropped",
-            )
-        run = sp.flattener  # the compiled flatten of this probe's usual shape
-        flat: dict[str, Number] | None = None if run is None else run({sp.name: res})
-        if flat is None:
-            flat = flatten({sp.name: res}, prefix=self.prefix,
-                           site_key_cap=self.site_key_cap, max_keys=sp.max_keys)
-            sp.flattener = compiled_flattener((sp.name,), self.prefix)
-            if len(flat) > sp.max_keys:
-                raise MetricValueError(
-                    sp.name, f"sample() flattened to {len(flat)} keys, over max_keys="
-                    f"{sp.max_keys}; the sample is dropped",
-                )
-        return flat
 
     def _add_errors(self, values: dict[str, Number]) -> None:
         prefix = self.prefix

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Any, Callable, Union
 
-from ._errors import ProbeFailedWarning
+from ._errors import MetricValueError, ProbeFailedWarning
+from ._flatten import SiteKeyCap, compiled_flattener, flatten
 from ._options import DEFAULT_MAX_KEYS
 from ._worker import IsolationWorker
 
@@ -79,6 +81,38 @@ class ScheduledProbe:
             if since < self.cost_seconds / budget_share:
                 return False
         return True
+
+    @property
+    def plain(self) -> bool:
+        """Runs in every sample through its flat sampler, with no guard to apply."""
+        return (self.fast is not None and self.started and not self.disabled
+                and self.worker is None and self.every == 1 and not self.interval_seconds
+                and self.time_limit is None)
+
+    def sample_values(self, prefix: str, site_key_cap: SiteKeyCap) -> dict[str, Any]:
+        """The probe's flat values through the ordinary path: ``sample()``, checks, flatten."""
+        res = self.probe.sample() if self.started and self.worker is None else self.sample()
+        if type(res) is not dict and not isinstance(res, Mapping):
+            raise MetricValueError(
+                self.name, f"sample() returned {type(res).__name__}, not a mapping"
+            )
+        if len(res) > self.max_keys:
+            raise MetricValueError(
+                self.name, f"sample() returned {len(res)} keys, over max_keys="
+                f"{self.max_keys}; the sample is dropped",
+            )
+        run = self.flattener  # the compiled flatten of this probe's usual shape
+        flat: dict[str, Any] | None = None if run is None else run({self.name: res})
+        if flat is None:
+            flat = flatten({self.name: res}, prefix=prefix,
+                           site_key_cap=site_key_cap, max_keys=self.max_keys)
+            self.flattener = compiled_flattener((self.name,), prefix)
+            if len(flat) > self.max_keys:
+                raise MetricValueError(
+                    self.name, f"sample() flattened to {len(flat)} keys, over max_keys="
+                    f"{self.max_keys}; the sample is dropped",
+                )
+        return flat
 
     def isolate(self) -> None:
         """Run this probe's calls in a worker thread from now on."""

@@ -139,15 +139,17 @@ class JsonlSink:
 
     def _line(self, sample: Sample) -> bytes:
         """The line written for ``sample``, newline included."""
-        record: dict[str, Any] = {
-            "time": sample.time_seconds, "step": sample.step, "pid": sample.pid
-        }
+        return self._encode(sample.time_seconds, sample.step, sample.pid, sample.values,
+                            sample.labels)
+
+    def _encode(self, time_seconds: float, step: int | None, pid: int,
+                values: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> bytes:
+        record: dict[str, Any] = {"time": time_seconds, "step": step, "pid": pid}
         if self.tags:
             record.update(self.tags)
-        labels = sample.labels
         if labels:  # phase markers (memprobe._phases.LABEL_FIELDS)
             record.update(labels)
-        record["values"] = sample.values
+        record["values"] = values
         if _orjson is not None:
             try:
                 return _orjson.dumps(record, option=_ORJSON_OPTIONS)
@@ -156,15 +158,32 @@ class JsonlSink:
         return _json_line(record)
 
     def write(self, sample: Sample) -> None:
+        self._write_values(sample.time_seconds, sample.step, sample.pid, sample.values)
+
+    def _write_values(self, time_seconds: float, step: int | None, pid: int,
+                      values: Mapping[str, Any]) -> None:
+        """``write`` of a sample given by its fields: what the Prober calls, without
+        building a :class:`Sample` when nothing else needs one."""
         if self.failed:
             return
         try:
             # A sample made in this process carries its pid: os.getpid() only otherwise.
-            if sample.pid == self._pid or self._pid == os.getpid():
+            if pid == self._pid or self._pid == os.getpid():
                 fd = self._fd
             else:
                 fd = self._open()
-            data = self._line(sample)
+            record: dict[str, Any] = {"time": time_seconds, "step": step, "pid": pid}
+            if self.tags:
+                record.update(self.tags)
+            record["values"] = values
+            data = b""  # _encode, inlined: this is every sample's path
+            if _orjson is not None:
+                try:
+                    data = _orjson.dumps(record, option=_ORJSON_OPTIONS)
+                except TypeError:  # orjson.JSONEncodeError: what json.dumps takes below
+                    pass
+            if not data:
+                data = _json_line(record)
             n = os.write(fd, data)
             while n < len(data):  # a short write (a nearly full disk): append the rest
                 if n <= 0:

@@ -15,6 +15,10 @@ from ..metrics import Metric
 # Bound at import: a program that patches time.perf_counter must not break the callback.
 _perf_counter = time.perf_counter
 
+#: The flat sampler re-reads ``gc.get_stats()`` after every collection (seen by the
+#: probe's ``gc.callbacks`` hook) and at least this often, for collections that run
+#: no callbacks (CPython's collection on a failed allocation).
+STATS_MAX_AGE_SECONDS = 1e-3
 
 
 def _gen_keys(i: int) -> tuple[str, str, str, str]:
@@ -59,6 +63,7 @@ class GcProbe:
         self._t0 = 0.0
         self._spent = 0.0
         self._spent_reported = 0.0
+        self._collections = 0  # collections that ended since start(), seen by the callback
         self._installed = False
         self._callback: Callable[[str, dict[str, Any]], None] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -66,9 +71,11 @@ class GcProbe:
     def _on_gc(self, phase: str) -> None:
         if phase == "start":
             self._t0 = _perf_counter()
-        elif self._t0:
-            self._spent += _perf_counter() - self._t0
-            self._t0 = 0.0
+        else:
+            self._collections += 1
+            if self._t0:
+                self._spent += _perf_counter() - self._t0
+                self._t0 = 0.0
 
     def start(self) -> None:
         if not self._installed:
@@ -119,7 +126,9 @@ class GcProbe:
 
     def _flat_sampler(self, head: str) -> Callable[[], dict[str, Any] | None] | None:
         """What the Prober calls instead of ``sample()`` + flatten: the same values under
-        their final keys (``head`` is ``<prefix>/<name>/``), in the same order."""
+        their final keys (``head`` is ``<prefix>/<name>/``). ``gc.get_stats()`` is read
+        again only when a collection has ended since the last read (see
+        ``STATS_MAX_AGE_SECONDS``); the generation counts are read in every sample."""
         if self.collect:
             return None
         gens = [tuple(head + k for k in keys) for keys in _KEYS]
@@ -127,24 +136,42 @@ class GcProbe:
         k_total = head + "collection_seconds_total"
         k_garbage = head + "garbage_count"
         get_count, get_stats, garbage = gc.get_count, gc.get_stats, gc.garbage
+        callbacks, clock = gc.callbacks, _perf_counter
 
         (a0, a1, a2, a3), (b0, b1, b2, b3), (c0, c1, c2, c3) = gens[:3]
+        # The statistics of CPython's three generations as of the last read: they change
+        # only in a collection, so they are read again only after one (or when too old).
+        cache: dict[str, Any] = {}
+        read: list[Any] = [-1, float("-inf")]  # self._collections and the clock at that read
 
         def sample() -> dict[str, Any] | None:
-            stats = get_stats()
             counts = get_count()
             spent = self._spent
             seconds = spent - self._spent_reported
             self._spent_reported = spent
-            if len(stats) == 3 and len(counts) == 3:  # CPython's three generations: one display
-                s0, s1, s2 = stats
+            if len(counts) == 3:  # CPython's three generations: one display
+                now = clock()
+                if (read[0] != self._collections or now - read[1] >= STATS_MAX_AGE_SECONDS
+                        or self._callback not in callbacks or not cache):
+                    read[0] = self._collections
+                    read[1] = now
+                    stats = get_stats()
+                    if len(stats) != 3:
+                        self._spent_reported -= seconds  # the ordinary path reports it
+                        return None
+                    s0, s1, s2 = stats
+                    cache.clear()
+                    cache.update({
+                        a2: s0["collected"], a1: s0["collections"], a3: s0["uncollectable"],
+                        b2: s1["collected"], b1: s1["collections"], b3: s1["uncollectable"],
+                        c2: s2["collected"], c1: s2["collections"], c3: s2["uncollectable"],
+                    })
                 n0, n1, n2 = counts
-                return {
-                    k_seconds: seconds, k_total: spent, k_garbage: len(garbage),
-                    a2: s0["collected"], a1: s0["collections"], a0: n0, a3: s0["uncollectable"],
-                    b2: s1["collected"], b1: s1["collections"], b0: n1, b3: s1["uncollectable"],
-                    c2: s2["collected"], c1: s2["collections"], c0: n2, c3: s2["uncollectable"],
-                }
+                out = {k_seconds: seconds, k_total: spent, k_garbage: len(garbage),
+                       a0: n0, b0: n1, c0: n2}
+                out.update(cache)
+                return out
+            stats = get_stats()
             if len(stats) > len(gens) or len(counts) != len(stats):
                 self._spent_reported -= seconds  # the ordinary path reports it
                 return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,12 @@ from ..hookspecs import hookimpl
 from ..metrics import Metric
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_perf_counter = time.perf_counter
+
+#: The default ``count_max_age_seconds``: fds and threads are re-counted when the
+#: last count is older than this (100 µs). A loop that samples less often than
+#: 10,000 times a second gets a fresh count in every sample.
+DEFAULT_COUNT_MAX_AGE_SECONDS = 1e-4
 
 
 def _open_fd_counter(fd_dir: str) -> int:
@@ -47,6 +54,13 @@ class ProcessProbe:
     of ``/proc/self/task``; elsewhere it uses one reused
     ``psutil.Process``. ``full=True`` adds USS/PSS/swap from
     ``memory_full_info()``, which reads smaps (milliseconds: docs/performance.md).
+
+    ``num_fds`` and ``num_threads`` are counted again only when the last count
+    is older than ``count_max_age_seconds`` (default 100 µs): a sample's counts
+    are those of at most that long ago. Counting them is half the probe's cost,
+    and only a loop sampling more than 10,000 times a second reuses a count; in
+    such a loop a leak of one fd per step still reads as one fd per step, as a
+    staircase. ``count_max_age_seconds=0`` counts in every sample.
     """
 
     metrics = {
@@ -63,18 +77,29 @@ class ProcessProbe:
 
     # Set before the options are checked, so that a probe refused by a bad option
     # has nothing to close when it is collected.
-    _statm = _stat = _fd_dirfd = _task_fd = -1
+    _statm = _stat = _fd_dirfd = _task_fd = _flat_in = -1
     _proc: Any = None
 
-    def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None) -> None:
+    def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None,
+                 count_max_age_seconds: float = DEFAULT_COUNT_MAX_AGE_SECONDS) -> None:
         if not isinstance(full, bool):
             raise ConfigError("process.full", f"must be a bool, got {show(full)}")
         if not isinstance(fds, bool):
             raise ConfigError("process.fds", f"must be a bool, got {show(fds)}")
         if pid is not None and (not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0):
             raise ConfigError("process.pid", f"must be a positive int, got {show(pid)}")
+        if (not isinstance(count_max_age_seconds, (int, float))
+                or isinstance(count_max_age_seconds, bool)
+                or not 0 <= count_max_age_seconds < float("inf")):
+            raise ConfigError("process.count_max_age_seconds",
+                              f"must be a finite number >= 0, got {show(count_max_age_seconds)}")
         self.full = full
         self.fds = fds
+        self.count_max_age_seconds = float(count_max_age_seconds)
+        # The last counts of threads and fds, and when they were taken (perf_counter).
+        self._counted_at = float("-inf")
+        self._threads = 0
+        self._nfds = 0
         self.pid = pid
         self._proc: Any = None
         self._statm = -1
@@ -107,6 +132,9 @@ class ProcessProbe:
 
             self._proc = psutil.Process(pid)
         self._opened_in = current_pid()
+        self._counted_at = float("-inf")  # the counts taken before belong to another process
+        if self._statm >= 0 and self._task_fd >= 0 and (self._fd_dirfd >= 0 or not self.fds):
+            self._flat_in = self._opened_in  # the flat sampler's fds are open here
 
     def _close(self) -> None:
         for fd in (self._statm, self._stat, self._fd_dirfd, self._task_fd):
@@ -116,6 +144,7 @@ class ProcessProbe:
                 except OSError:
                     pass
         self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
+        self._flat_in = -1
         self._proc = None
 
     def __del__(self) -> None:
@@ -123,7 +152,8 @@ class ProcessProbe:
 
     def __getstate__(self) -> dict[str, Any]:  # kept fds and psutil objects do not pickle
         state = self.__dict__.copy()
-        state.update(_proc=None, _statm=-1, _stat=-1, _fd_dirfd=-1, _task_fd=-1, _opened_in=-1)
+        state.update(_proc=None, _statm=-1, _stat=-1, _fd_dirfd=-1, _task_fd=-1, _opened_in=-1,
+                     _flat_in=-1)
         return state
 
     # -- sampling ----------------------------------------------------------
@@ -156,20 +186,24 @@ class ProcessProbe:
                                "shared_bytes", "vms_bytes")
         )
         pread, fstat, page, fds, pid_box = os.pread, os.fstat, _PAGE, self.fds, _pid._current
+        clock, max_age = _perf_counter, self.count_max_age_seconds
 
         def sample() -> dict[str, int] | None:
-            statm, task, fd_dir = self._statm, self._task_fd, self._fd_dirfd
-            if self._opened_in != pid_box[0] or task < 0 or statm < 0:
+            if self._flat_in != pid_box[0]:  # not opened in this process, or no kept fds
                 return None
-            f = pread(statm, 256, 0).split()
+            f = pread(self._statm, 256, 0).split()
+            now = clock()
+            if now - self._counted_at >= max_age:
+                self._threads = fstat(self._task_fd).st_nlink - 2
+                if fds:
+                    self._nfds = fstat(self._fd_dirfd).st_size
+                self._counted_at = now
             if not fds:
-                return {k_data: int(f[5]) * page, k_threads: fstat(task).st_nlink - 2,
+                return {k_data: int(f[5]) * page, k_threads: self._threads,
                         k_rss: int(f[1]) * page, k_shared: int(f[2]) * page,
                         k_vms: int(f[0]) * page}
-            if fd_dir < 0:
-                return None
-            return {k_data: int(f[5]) * page, k_fds: fstat(fd_dir).st_size,
-                    k_threads: fstat(task).st_nlink - 2, k_rss: int(f[1]) * page,
+            return {k_data: int(f[5]) * page, k_fds: self._nfds,
+                    k_threads: self._threads, k_rss: int(f[1]) * page,
                     k_shared: int(f[2]) * page, k_vms: int(f[0]) * page}
 
         return sample
@@ -183,17 +217,23 @@ class ProcessProbe:
             "shared_bytes": int(f[2]) * _PAGE,
             "data_bytes": int(f[5]) * _PAGE,
         }
-        if self._task_fd >= 0:
-            out["num_threads"] = os.fstat(self._task_fd).st_nlink - 2
-        else:
-            out["num_threads"] = self._threads_from_stat()
-        if self.fds:
-            if self._fd_dirfd >= 0:
-                # The kept directory fd is counted here; listdir() would count
-                # its own temporary fd instead, so both give the same number.
-                out["num_fds"] = os.fstat(self._fd_dirfd).st_size
+        now = _perf_counter()
+        if now - self._counted_at >= self.count_max_age_seconds:
+            if self._task_fd >= 0:
+                self._threads = os.fstat(self._task_fd).st_nlink - 2
             else:
-                out["num_fds"] = len(os.listdir(self._fd_dir))
+                self._threads = self._threads_from_stat()
+            if self.fds:
+                if self._fd_dirfd >= 0:
+                    # The kept directory fd is counted here; listdir() would count
+                    # its own temporary fd instead, so both give the same number.
+                    self._nfds = os.fstat(self._fd_dirfd).st_size
+                else:
+                    self._nfds = len(os.listdir(self._fd_dir))
+            self._counted_at = now
+        out["num_threads"] = self._threads
+        if self.fds:
+            out["num_fds"] = self._nfds
         return out
 
     def _threads_from_stat(self) -> int:
