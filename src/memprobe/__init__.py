@@ -31,10 +31,12 @@ from ._sinks import JsonlSink
 from ._sinks import Sink
 from .hookspecs import hookimpl
 from .hookspecs import hookspec
-from .leaks import Report
-from .leaks import Verdict
-from .leaks import analyze
-from .leaks import analyze_samples
+from ._kinds import KINDS
+from ._verdicts import LEAK_OPTIONS
+from ._verdicts import Report
+from ._verdicts import Verdict
+from ._verdicts import analyze
+from ._verdicts import analyze_samples
 from .leaks import assert_no_leak
 from .leaks import check_leaks
 
@@ -44,7 +46,9 @@ __all__ = [
     "DEFAULT_PROBES",
     "ConfigError",
     "JsonlSink",
+    "KINDS",
     "KeyCollisionError",
+    "LEAK_OPTIONS",
     "LeakError",
     "LeakWarning",
     "MemprobeError",

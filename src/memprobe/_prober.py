@@ -273,19 +273,13 @@ def _did_you_mean(name: str, known: Sequence[str]) -> str:
 
 
 def _check_leak_options(options: Any) -> dict[str, Any]:
-    """``leak_options=``: option names of :func:`memprobe.leaks.analyze_samples`."""
+    """``leak_options=``: option names of :func:`memprobe.analyze_samples`."""
     if options is None:
         return {}
     if not isinstance(options, Mapping):
         raise ConfigError("leak_options", f"must be a mapping, got {show(options)}")
-    import inspect
+    from ._verdicts import LEAK_OPTIONS as known
 
-    from .leaks import analyze, analyze_samples
-
-    known = {
-        n for f in (analyze, analyze_samples) for n, p in inspect.signature(f).parameters.items()
-        if p.kind is p.KEYWORD_ONLY and n not in ("key", "times")
-    }
     for k in options:
         if k not in known:
             hint = _did_you_mean(str(k), sorted(known))
@@ -864,10 +858,11 @@ class Prober:
         Options go to :func:`memprobe.leaks.analyze_samples` (``thresholds``,
         ``warmup``, ``min_points``...).
         """
-        from .leaks import analyze_samples
+        from ._verdicts import analyze_samples
 
         with self._lock:
             samples = list(self.history)
+        options.setdefault("prefix", self.prefix)
         return analyze_samples(samples, **options)
 
     def series(self, key: str) -> tuple[list[float], list[float]]:

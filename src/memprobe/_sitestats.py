@@ -4,12 +4,23 @@
 of up to ``nframe`` frames) and returns ``{site: (size_bytes, count)}``,
 the same numbers as ``tracemalloc.take_snapshot().filter_traces(filters)
 .statistics(group_by)``.
+
+``group_by="user"`` names the site where the user can act on it: when the
+allocating line is in a library or the standard library, the nearest frame in
+the user's own code comes first, then the library line
+(``my_env.py:26--numpy/_core/numeric.py:232``, oldest first as in a
+traceback key). It needs tracing with more than one frame; with one, or when
+no frame of the traceback is the user's, the allocating line alone is the site.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import site
+import sys
+import sysconfig
 import tracemalloc
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
@@ -46,6 +57,46 @@ def default_filters(exclude: Sequence[str] = ()) -> list[tracemalloc.Filter]:
         *exclude,
     ]
     return [tracemalloc.Filter(False, p) for p in pats]
+
+
+GROUP_BY = ("lineno", "traceback", "user")
+
+
+@functools.lru_cache(maxsize=1)
+def _library_roots() -> tuple[str, ...]:
+    """Directories whose files are not the user's: site-packages and the standard library."""
+    roots: list[str] = []
+    for name in ("purelib", "platlib", "stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(name)
+        if path:
+            roots.append(path)
+    try:
+        roots += site.getsitepackages()
+    except AttributeError:  # a virtualenv's old site.py
+        pass
+    roots += [p for p in sys.path if p.rstrip(os.sep).endswith(("site-packages", "dist-packages"))]
+    return tuple(sorted({os.path.normpath(os.path.abspath(r)) + os.sep for r in roots}))
+
+
+@functools.lru_cache(maxsize=4096)
+def is_library(filename: str) -> bool:
+    """True for a file in site-packages or the standard library, or a pseudo-file
+    (``<frozen ...>``, ``<string>``): code that is not the user's own."""
+    if filename.startswith("<"):
+        return True
+    return os.path.abspath(filename).startswith(_library_roots())
+
+
+def user_site(tb: Sequence[tuple[str, int]]) -> str:
+    """The site key of a raw traceback (most recent frame first) for ``group_by="user"``."""
+    top = tb[0]
+    here = format_site(top[0], top[1])
+    if not is_library(top[0]):
+        return here
+    for filename, lineno in tb[1:]:
+        if not is_library(filename):
+            return f"{format_site(filename, lineno)}--{here}"
+    return here
 
 
 def site_key(frames: Sequence[tracemalloc.Frame]) -> str:
@@ -114,8 +165,8 @@ def stats_from_traces(
     count is then ``len`` and the size ``sum`` (in C). The filters and the
     site keys are computed once per distinct traceback.
     """
-    if group_by not in ("lineno", "traceback"):
-        raise ValueError(f"group_by must be 'lineno' or 'traceback', got {group_by!r}")
+    if group_by not in GROUP_BY:
+        raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
     by_domain = _domain_dependent(filters)
     if not isinstance(traces, (list, tuple)):
         traces = list(traces)  # read twice below
@@ -127,6 +178,7 @@ def stats_from_traces(
     # Once per distinct traceback; allocate as little as possible here too.
     keep = _keep(filters) if filters else None
     lineno = group_by == "lineno"
+    user = group_by == "user"
     keys: dict[Any, str] = {}
     out: Stats = {}
     for k, block_sizes in groups.items():
@@ -141,6 +193,10 @@ def stats_from_traces(
             key = keys.get(fk)
             if key is None:
                 key = keys[fk] = format_site(fk[0], fk[1])
+        elif user and tb:
+            key = keys.get(tb)
+            if key is None:
+                key = keys[tb] = user_site(tb)
         else:
             key = keys.get(tb)
             if key is None:
@@ -184,8 +240,12 @@ def stats_from_snapshot(
     if filters:
         snap = snap.filter_traces(list(filters))  # type: ignore[arg-type]
     out: Stats = {}
-    for st in snap.statistics(group_by):
-        key = site_key(st.traceback if group_by == "traceback" else st.traceback[:1])
+    user = group_by == "user"
+    for st in snap.statistics("traceback" if user else group_by):
+        if user:  # a Traceback iterates oldest first; user_site wants the raw order
+            key = user_site([(f.filename, f.lineno) for f in reversed(st.traceback)])
+        else:
+            key = site_key(st.traceback if group_by == "traceback" else st.traceback[:1])
         size, count = out.get(key, (0, 0))
         out[key] = (size + st.size, count + st.count)
     return out

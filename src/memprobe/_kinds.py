@@ -1,0 +1,138 @@
+"""Kinds of growth: which kind of leak a growing metric is, told from the metrics beside it.
+
+A leak is one of the kinds in :data:`KINDS`. Each judged metric says something
+on its own (``process/num_fds`` grows: file descriptors); a whole-process
+memory metric (rss, uss, pss, vms) is explained by the others: Python's traced
+bytes, malloc's in-use and free bytes (the ``malloc`` probe), file-backed
+mappings (``smaps/file_bytes``, or ``process/shared_bytes``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+__all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
+
+#: Each kind of growth in plain words, most telling first (the order of :func:`rank`).
+KINDS: Mapping[str, str] = {
+    "fds": "file descriptors: files, sockets or pipes opened and never closed",
+    "mmap": "memory-mapped files: file-backed mappings grow",
+    "python": "Python allocations: the bytes tracemalloc traces grow",
+    "objects": "retained objects: the number of live objects grows",
+    "native": "native memory: memory in use grows outside Python's view (C extensions, malloc)",
+    "fragmentation": (
+        "allocator hold or fragmentation: rss grows while malloc's in-use bytes stay flat "
+        "and the free bytes it holds grow"
+    ),
+    "threads": "threads started and never ended",
+}
+
+FILTERED = "tracemalloc/filtered_bytes"
+TRACED = "tracemalloc/traced_bytes"
+
+#: Metrics judged by :func:`memprobe.analyze_samples` (without prefix), besides
+#: the per-site and per-type series. ``tracemalloc/traced_bytes`` is judged only
+#: when ``tracemalloc/filtered_bytes`` is absent: traced bytes include
+#: memprobe's own allocations.
+DEFAULT_METRICS = (
+    "process/rss_bytes",
+    "process/vms_bytes",
+    "process/uss_bytes",
+    "process/pss_bytes",
+    "process/shared_bytes",
+    "process/num_fds",
+    "process/num_threads",
+    FILTERED,
+    TRACED,
+    "objects/total_count",
+    "gc/garbage_count",
+    "malloc/in_use_bytes",
+    "malloc/free_bytes",
+    "smaps/anonymous_bytes",
+    "smaps/file_bytes",
+)
+
+_FILE_BACKED = ("smaps/file_bytes", "process/shared_bytes")
+_OWN_KIND = {
+    FILTERED: "python",
+    TRACED: "python",
+    "objects/total_count": "objects",
+    "gc/garbage_count": "objects",
+    "process/num_fds": "fds",
+    "process/num_threads": "threads",
+    "smaps/file_bytes": "mmap",
+    "process/shared_bytes": "mmap",
+    "malloc/in_use_bytes": "native",
+}
+_ORDER = {k: i for i, k in enumerate(KINDS)}
+
+
+class _Judged(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def slope_per_step(self) -> float: ...
+    @property
+    def kind(self) -> str | None: ...
+
+
+def rank(v: _Judged) -> int:
+    """Sort key: the most telling kind first (fds before the rss they cost)."""
+    return _ORDER.get(v.kind or "", len(_ORDER))
+
+
+def _grows(v: _Judged | None, than: float = 0.0) -> bool:
+    """``v`` grows (a leak, or slightly) at no less than ``than`` per step."""
+    return v is not None and v.status in ("leak", "slight") and v.slope_per_step >= than
+
+
+def classify(
+    metric: str,
+    by_metric: Mapping[str, _Judged],
+    sites: Sequence[str],
+    types: Sequence[str],
+) -> tuple[str | None, tuple[str, ...], str]:
+    """The kind of growth of the leaking ``metric``, its culprits and a note in plain words.
+
+    :param by_metric: every verdict of the same process, by metric without prefix.
+    :param sites: the leaking tracemalloc sites, fastest first.
+    :param types: the leaking object types, fastest first.
+    """
+    own = _OWN_KIND.get(metric)
+    if own == "python":
+        return own, (*sites, *types), KINDS[own]
+    if own == "objects":
+        return own, tuple(types), KINDS[own]
+    if own == "native":
+        return own, (), KINDS[own]
+    if own is not None:
+        return own, (), KINDS[own]
+    if metric == "malloc/free_bytes":
+        if _grows(by_metric.get("malloc/in_use_bytes")):
+            return "native", (), KINDS["native"]
+        return "fragmentation", (), KINDS["fragmentation"]
+    v = by_metric[metric]
+    rate = v.slope_per_step
+    py = by_metric.get(FILTERED) or by_metric.get(TRACED)
+    if _grows(py, 0.1 * rate):
+        return "python", (*sites, *types), KINDS["python"]
+    if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):
+        return "mmap", (), KINDS["mmap"]
+    in_use = by_metric.get("malloc/in_use_bytes")
+    if in_use is not None:
+        if _grows(in_use, 0.1 * rate):
+            return "native", (), KINDS["native"]
+        if _grows(by_metric.get("malloc/free_bytes")):
+            return "fragmentation", (), KINDS["fragmentation"]
+    rss = by_metric.get("process/rss_bytes")
+    if metric == "process/vms_bytes" and rss is not None and not _grows(rss):
+        return "mmap", (), ("address space grows but resident memory does not: "
+                            "mappings made and not touched")
+    if py is not None:
+        note = (f"{KINDS['native']}; rss grew but tracemalloc's traced bytes did not "
+                f"({py.slope_per_step:+.4g}/step)")
+        return "native", (), note
+    if types:
+        return "objects", tuple(types), KINDS["objects"]
+    return None, (), "add the tracemalloc, objects or malloc probe to tell which kind of memory"

@@ -1,0 +1,508 @@
+"""Verdicts: turn a metric's history into a status, a kind of growth and a culprit.
+
+>>> xs = list(range(100))
+>>> v = analyze(xs, [1000 + 64 * x for x in xs], key="rss_bytes")
+>>> v.status, v.slope_per_step
+('leak', 64.0)
+>>> analyze(xs, [1000 + (x % 7) for x in xs]).status
+'ok'
+
+A series is judged after its warm-up (:func:`memprobe._trend.auto_warmup`).
+Its trend is **significant** when it has at least ``min_points`` points, the
+lower bound of the slope's confidence interval is above ``threshold_per_step``,
+and the fitted growth over the window exceeds ``effect_sigmas`` times the
+robust noise. A significant trend is then:
+
+- ``"levelled"`` (levelled off) when the last half of the window no longer grows:
+  a cache that filled, an allocator that warmed up;
+- ``"slight"`` (growing slightly) when the growth over the window is smaller than
+  ``min_growth``: real, but too small to act on (:func:`analyze_samples` sets it
+  from the metric's unit and the process's size);
+- ``"leak"`` otherwise.
+
+A series that is not significant is ``"ok"``, or ``"levelled"`` when what its
+warm-up dropped had grown. :func:`analyze_samples` also says which **kind** of
+growth a leak is (:data:`KINDS`) and names its culprits. A *step* is one sample
+(one call in :func:`memprobe.check_leaks`); ``rate_per_hour`` is given
+beside it when the samples have times.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from . import _kinds
+from ._errors import ConfigError, show
+from ._sample import Sample
+from ._trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
+from .keys import DEFAULT_PREFIX, infer_prefix, short_key, site_name, split_key
+
+__all__ = [
+    "DEFAULT_METRICS",
+    "KINDS",
+    "LEAK_OPTIONS",
+    "STATUS_WORDS",
+    "Report",
+    "Verdict",
+    "analyze",
+    "analyze_samples",
+    "format_culprit",
+]
+
+Status = Literal["leak", "slight", "levelled", "ok", "insufficient"]
+
+#: Each status in plain words, as reports print it.
+STATUS_WORDS: Mapping[str, str] = {
+    "leak": "leak",
+    "slight": "growing slightly",
+    "levelled": "levelled off",
+    "ok": "ok",
+    "insufficient": "not enough points",
+}
+
+KINDS = _kinds.KINDS
+DEFAULT_METRICS = _kinds.DEFAULT_METRICS
+
+#: Option names :func:`analyze_samples` accepts (its own and :func:`analyze`'s),
+#: for callers that pass options through (``Prober(leak_options=...)``).
+LEAK_OPTIONS = frozenset({
+    "metrics", "thresholds", "threshold_per_step", "sites", "min_growth_bytes",
+    "min_growth_fraction", "step", "warmup", "min_points", "confidence", "effect_sigmas",
+    "max_points", "autocorrelation",
+})
+
+#: The last-half check of :func:`analyze` needs at least this many points.
+_LATE_MIN_POINTS = 10
+
+
+def format_culprit(site: str) -> str:
+    """A site or type name as a report shows it: a chain of frames (oldest first,
+    joined by ``--`` in keys) reads ``my_env.py:26 → numpy/_core/numeric.py:232``."""
+    return site.replace("--", " → ")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict on one metric's series.
+
+    :ivar key: the metric's full key (``memprobe/process/rss_bytes``).
+    :ivar status: ``"leak"``, ``"slight"`` (growing slightly), ``"levelled"``
+        (grew, then levelled off), ``"ok"`` or ``"insufficient"``; see :data:`STATUS_WORDS`.
+    :ivar slope_per_step: Theil-Sen growth per step (per sample; per call in
+        :func:`memprobe.check_leaks`), after warm-up.
+    :ivar slope_low: lower bound of the slope's confidence interval.
+    :ivar slope_high: upper bound.
+    :ivar rate_per_hour: growth per hour of wall time, when the samples have times.
+    :ivar n_points: points judged (after warm-up).
+    :ivar warmup_points: points dropped as warm-up.
+    :ivar growth: fitted growth over the points judged, ``slope * x-span``.
+    :ivar noise: robust noise of the residuals (1.4826 x MAD).
+    :ivar culprits: the most likely causes, most likely first: sites
+        (``my_env.py:26 → numpy/_core/numeric.py:232``) or type names.
+    :ivar note: the kind of growth in plain words, or another hint.
+    :ivar kind: the kind of growth of a leak (a key of :data:`KINDS`), or None.
+    :ivar prefix: the prefix of ``key`` (``memprobe``).
+    :ivar step: what one step is: ``"sample"`` or ``"call"``.
+    """
+
+    key: str
+    status: Status
+    slope_per_step: float
+    slope_low: float
+    slope_high: float
+    rate_per_hour: float | None
+    n_points: int
+    warmup_points: int
+    growth: float = 0.0
+    noise: float = 0.0
+    culprits: tuple[str, ...] = ()
+    note: str = ""
+    kind: str | None = None
+    prefix: str = ""
+    step: str = "sample"
+
+    @property
+    def leaking(self) -> bool:
+        """True when the status is ``"leak"``."""
+        return self.status == "leak"
+
+    @property
+    def leak(self) -> bool:
+        """Same as :attr:`leaking`."""
+        return self.leaking
+
+    @property
+    def culprit(self) -> str | None:
+        """The most likely cause, or None."""
+        return self.culprits[0] if self.culprits else None
+
+    @property
+    def metric(self) -> str:
+        """The key without its prefix: ``process/rss_bytes``."""
+        return short_key(self.key, self.prefix)
+
+    @property
+    def site(self) -> str | None:
+        """For a site or type series (``tracemalloc/top/<site>/size_bytes``), the
+        site or type as a report shows it; else None."""
+        _probe, sep, metric = self.metric.partition("/")
+        name = site_name(metric) if sep else None
+        return format_culprit(name) if name is not None else None
+
+    def describe(self) -> str:
+        """One line: metric, status, rate per step and per hour, kind, culprits."""
+        s = f"{self.metric}: {STATUS_WORDS.get(self.status, self.status)}"
+        if self.status != "insufficient":
+            s += (
+                f", {_amount(self.slope_per_step, self.key)}/{self.step} "
+                f"[{self.slope_low:+.4g}, {self.slope_high:+.4g}]"
+            )
+            if self.rate_per_hour is not None:
+                s += f", {_amount(self.rate_per_hour, self.key)}/hour"
+        s += f" over {self.n_points} {self.step}s (warm-up {self.warmup_points})"
+        if self.kind:
+            s += f"; kind: {self.kind}"
+        if self.culprits:
+            s += "; culprits: " + ", ".join(self.culprits[:5])
+        if self.note:
+            s += f"; {self.note}"
+        return s
+
+
+def _amount(v: float, key: str) -> str:
+    if not key.endswith("_bytes"):
+        return f"{v:+.4g}"
+    a = abs(v)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if a >= size:
+            return f"{v / size:+.4g} {unit}"
+    return f"{v:+.4g} B"
+
+
+@dataclass(frozen=True)
+class Report:
+    """Verdicts on every metric worth judging, the ranked sites and types, the kind of leak.
+
+    :ivar verdicts: ``{key: Verdict}`` for the whole-process metrics
+        (rss, num_fds, filtered bytes, object count...).
+    :ivar sites: verdicts on tracemalloc sites, leaking and fastest-growing first.
+    :ivar types: verdicts on object types, leaking and fastest-growing first.
+    :ivar prefix: the prefix of the keys judged.
+    """
+
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    sites: tuple[Verdict, ...] = ()
+    types: tuple[Verdict, ...] = ()
+    prefix: str = ""
+
+    @property
+    def leaking(self) -> list[Verdict]:
+        """The whole-process verdicts whose status is ``"leak"``, most telling kind first."""
+        return sorted((v for v in self.verdicts.values() if v.leaking), key=_kinds.rank)
+
+    @property
+    def has_leak(self) -> bool:
+        """True when any whole-process metric leaks."""
+        return any(v.leaking for v in self.verdicts.values())
+
+    @property
+    def leaking_metrics(self) -> list[str]:
+        """Metrics (without prefix) that leak, e.g. ``["process/num_fds"]``."""
+        return [v.metric for v in self.leaking]
+
+    @property
+    def culprits(self) -> list[str]:
+        """Leaking sites then leaking types, fastest first, as reports show them."""
+        return [v.site or v.metric for v in (*self.sites, *self.types) if v.leaking]
+
+    @property
+    def kind(self) -> str | None:
+        """The kind of the leak (a key of :data:`KINDS`), the most telling one when
+        several metrics leak; None when nothing leaks."""
+        for v in self.leaking:
+            if v.kind:
+                return v.kind
+        return None
+
+    @property
+    def culprit(self) -> str | None:
+        """The most likely cause of the leak: a site, a type, or the kind's words."""
+        for v in self.leaking:
+            if v.culprit:
+                return v.culprit
+        kind = self.kind
+        return KINDS[kind] if kind else None
+
+    # The same, under the names of the first release.
+    leak = has_leak
+    leaks = leaking
+    grew = leaking_metrics
+    suspects = culprits
+
+    def get(self, metric: str) -> Verdict | None:
+        """The verdict on ``metric``, by full key or without prefix (``process/rss_bytes``)."""
+        if metric in self.verdicts:
+            return self.verdicts[metric]
+        for v in self.verdicts.values():
+            if v.metric == metric:
+                return v
+        return None
+
+    def __str__(self) -> str:
+        lines = [v.describe() for v in self.verdicts.values()]
+        if self.kind:
+            lines.insert(0, f"LEAK ({self.kind}): {KINDS[self.kind]}")
+        for title, group in (("sites", self.sites), ("types", self.types)):
+            leaking = [v for v in group if v.leaking]
+            if leaking:
+                lines.append(f"growing {title}:")
+                lines += [
+                    f"  {v.site}: {_amount(v.slope_per_step, v.key)}/{v.step}"
+                    for v in leaking[:10]
+                ]
+        return "\n".join(lines) if lines else "no metrics to judge"
+
+
+def _check_series(key: str, xs: Sequence[float], ys: Sequence[float]) -> None:
+    if len(xs) != len(ys):
+        raise ConfigError("xs/ys", f"{key or 'series'}: {len(xs)} x values but {len(ys)} y values")
+    for v in (*xs, *ys):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ConfigError("xs/ys", f"{key or 'series'}: not a finite number: {v!r}")
+
+
+def _warmup_points(warmup: Any, xs: Sequence[float], ys: Sequence[float], min_points: int) -> int:
+    if warmup == "auto":
+        return auto_warmup(xs, ys, min_points)
+    if warmup is None:
+        return 0
+    if isinstance(warmup, int) and not isinstance(warmup, bool) and warmup >= 0:
+        return min(warmup, len(xs))
+    raise ConfigError("warmup", f"must be None, 'auto' or an int >= 0, got {show(warmup)}")
+
+
+def analyze(
+    xs: Sequence[float],
+    ys: Sequence[float],
+    *,
+    key: str = "",
+    times: Sequence[float] | None = None,
+    warmup: str | int | None = "auto",
+    min_points: int = 20,
+    threshold_per_step: float = 0.0,
+    min_growth: float = 0.0,
+    confidence: float = 0.95,
+    effect_sigmas: float = 2.0,
+    max_points: int = 80,
+    autocorrelation: bool = True,
+    prefix: str = "",
+    step: str = "sample",
+) -> Verdict:
+    """Judge whether the series ``ys`` over ``xs`` (steps) grows.
+
+    :param key: the metric's key, copied into the verdict.
+    :param times: unix seconds of each point, for ``rate_per_hour``.
+    :param warmup: points to drop first: an int, ``None`` (none) or
+        ``"auto"`` (the plateau after initial growth, see :func:`memprobe._trend.auto_warmup`).
+    :param min_points: fewer points than this (after warm-up) is "insufficient".
+    :param threshold_per_step: growth per step that is tolerated; a leak is
+        significantly above it.
+    :param min_growth: a significant growth over the window smaller than this is
+        ``"slight"``, not a leak (0: significance alone decides).
+    :param confidence: of the slope's interval (two-sided).
+    :param effect_sigmas: the fitted growth over the window must exceed this
+        many times the residual noise.
+    :param max_points: longer series are reduced to this many bin medians first.
+    :param autocorrelation: widen the slope's interval for serially correlated
+        noise (Hamed-Rao, see :func:`memprobe._trend.autocorrelation_factor`).
+    :param prefix: the prefix of ``key``, copied into the verdict.
+    :param step: what one step is (``"sample"``, ``"call"``), for the reports.
+    """
+    _check_series(key, xs, ys)
+    if not 0 < confidence < 1:
+        raise ConfigError("confidence", f"must be in (0, 1), got {show(confidence)}")
+    if not isinstance(min_points, int) or min_points < 3:
+        raise ConfigError("min_points", f"must be an int >= 3, got {show(min_points)}")
+    if not isinstance(max_points, int) or max_points < min_points:
+        raise ConfigError("max_points", f"must be an int >= min_points, got {show(max_points)}")
+    if times is not None and len(times) != len(xs):
+        raise ConfigError("times", f"{key or 'series'}: {len(times)} times for {len(xs)} points")
+    n = len(xs)
+    k = _warmup_points(warmup, xs, ys, min_points)
+    ux, uy = xs[k:], ys[k:]
+    used = n - k
+    if used < min_points:
+        return Verdict(key, "insufficient", 0.0, 0.0, 0.0, None, used, k, prefix=prefix, step=step)
+    rx, ry = bin_medians(ux, uy, max_points)
+    slope, low, high, icpt = theil_sen(rx, ry, confidence, autocorrelation=autocorrelation)
+    sigma = robust_noise(rx, ry, slope, icpt)
+    growth = slope * (ux[-1] - ux[0])
+    rate = None
+    if times is not None:
+        dt = times[-1] - times[k]
+        if dt > 0:
+            rate = growth / dt * 3600.0
+    status: Status
+    if low > threshold_per_step and growth > effect_sigmas * sigma and slope > 0:
+        status = "leak"
+        if len(ux) // 2 >= _LATE_MIN_POINTS:
+            # Growth must go on in the last half too: a step or a cache that filled
+            # (a warm-up the detection missed) stops there, a leak does not.
+            h = len(ux) // 2
+            lx, ly = bin_medians(ux[h:], uy[h:], max_points)
+            _, late_low, _, _ = theil_sen(lx, ly, confidence, autocorrelation=autocorrelation)
+            if late_low <= threshold_per_step:
+                status = "levelled"
+        if status == "leak" and growth < min_growth:
+            status = "slight"
+    else:
+        status = "ok"
+        if k:
+            m = min(5, k)
+            rise = median(uy[:m]) - median(ys[:m])
+            if rise > effect_sigmas * sigma and rise > min_growth:
+                status = "levelled"
+    return Verdict(key, status, slope, low, high, rate, used, k, growth, sigma,
+                   prefix=prefix, step=step)
+
+
+# -- many metrics ----------------------------------------------------------------
+
+
+def _series(samples: Sequence[Sample]) -> dict[str, tuple[list[float], list[float], list[float]]]:
+    out: dict[str, tuple[list[float], list[float], list[float]]] = {}
+    for i, s in enumerate(samples):
+        x = float(s.step if s.step is not None else i)
+        for k, v in s.values.items():
+            t = out.get(k)
+            if t is None:
+                t = out[k] = ([], [], [])
+            t[0].append(x)
+            t[1].append(float(v))
+            t[2].append(s.time_seconds)
+    return out
+
+
+def _prefix_of(samples: Sequence[Sample]) -> str:
+    """The samples' prefix: from the key every Prober sample has, else ``memprobe``
+    when the keys start with it, else none."""
+    for s in samples[:3]:
+        p = infer_prefix(s.values)
+        if p is not None:
+            return p
+    for s in samples[:1]:
+        if any(k.startswith(DEFAULT_PREFIX + "/") for k in s.values):
+            return DEFAULT_PREFIX
+    return ""
+
+
+def _threshold(v_key: str, short: str, thresholds: Mapping[str, float] | None,
+               default: float) -> float:
+    if thresholds:
+        if v_key in thresholds:
+            return float(thresholds[v_key])
+        if short in thresholds:
+            return float(thresholds[short])
+    return default
+
+
+def analyze_samples(
+    samples: Iterable[Sample],
+    *,
+    prefix: str | None = None,
+    metrics: Sequence[str] | None = None,
+    thresholds: Mapping[str, float] | None = None,
+    threshold_per_step: float = 0.0,
+    sites: bool = True,
+    min_growth_bytes: float = 16384.0,
+    min_growth_fraction: float = 1e-4,
+    step: str = "sample",
+    **options: Any,
+) -> Report:
+    """Verdicts for every metric worth judging in ``samples`` (e.g. ``prober.history``).
+
+    :param prefix: the prefix of the samples' keys (``memprobe/driver``); None
+        finds it from the keys (:func:`memprobe.keys.infer_prefix`).
+    :param metrics: metrics without prefix (``process/rss_bytes``) to judge;
+        default :data:`DEFAULT_METRICS` (those present;
+        ``tracemalloc/traced_bytes`` only if ``tracemalloc/filtered_bytes`` is absent).
+    :param thresholds: tolerated growth per step by metric (full key or without
+        prefix, also ``tracemalloc/top/<site>/size_bytes``); others get
+        ``threshold_per_step``.
+    :param sites: also judge each tracemalloc site and object type, and name
+        the fastest-growing ones as culprits.
+    :param min_growth_bytes: a ``_bytes`` metric that grows less than this over
+        the window judged is "growing slightly", not a leak.
+    :param min_growth_fraction: the same, as a fraction of the process's
+        resident size (the median of ``process/rss_bytes``); the larger of the two applies.
+    :param step: what one sample stands for (``"sample"``, ``"call"``, ``"iteration"``).
+    :param options: passed to :func:`analyze` (warmup, min_points, confidence...).
+    """
+    for name in options:
+        if name not in LEAK_OPTIONS:
+            raise ConfigError(name, f"unknown option of analyze_samples "
+                              f"(options: {', '.join(sorted(LEAK_OPTIONS))})")
+    for name, value in (("min_growth_bytes", min_growth_bytes),
+                        ("min_growth_fraction", min_growth_fraction)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ConfigError(name, f"must be a number >= 0, got {show(value)}")
+    samples = list(samples)
+    if prefix is None:
+        prefix = _prefix_of(samples)
+    series = _series(samples)
+    shorts = {k: short_key(k, prefix) for k in series}
+    wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
+    if metrics is None and _kinds.FILTERED in shorts.values():
+        wanted = tuple(m for m in wanted if m != _kinds.TRACED)
+    rss = series.get(next((k for k, s in shorts.items() if s == "process/rss_bytes"), ""))
+    floor = max(min_growth_bytes, min_growth_fraction * median(rss[1]) if rss else 0.0)
+    verdicts: dict[str, Verdict] = {}
+    site_v: list[Verdict] = []
+    type_v: list[Verdict] = []
+    for key, (xs, ys, ts) in series.items():
+        short = shorts[key]
+        group = None
+        if sites:
+            group = {"tracemalloc": site_v, "objects": type_v}.get(_site_probe(key, prefix))
+        if group is None and short not in wanted:
+            continue
+        th = _threshold(key, short, thresholds, threshold_per_step if group is None else 0.0)
+        v = analyze(xs, ys, key=key, times=ts, threshold_per_step=th, prefix=prefix, step=step,
+                    min_growth=floor if key.endswith("_bytes") else 0.0, **options)
+        if group is None:
+            verdicts[key] = v
+        else:
+            group.append(v)
+
+    def rank(vs: list[Verdict]) -> tuple[Verdict, ...]:
+        return tuple(sorted(vs, key=lambda v: (not v.leaking, -v.slope_per_step, v.key)))
+
+    sites_r, types_r = rank(site_v), rank(type_v)
+    site_names = tuple(v.site or "" for v in sites_r if v.leaking)
+    type_names = tuple(v.site or "" for v in types_r if v.leaking)
+    by_metric = {v.metric: v for v in verdicts.values()}
+    for k, v in list(verdicts.items()):
+        if v.leaking:
+            kind, culprits, note = _kinds.classify(v.metric, by_metric, site_names, type_names)
+            verdicts[k] = dataclasses.replace(v, kind=kind, culprits=culprits, note=note)
+    return Report(verdicts, sites_r, types_r, prefix)
+
+
+def _site_probe(key: str, prefix: str) -> str | None:
+    """The probe of a per-site or per-type size/count key (``top/<name>/size_bytes``
+    or ``top/<name>/count``), else None."""
+    try:
+        parts = split_key(key, prefix)
+    except ValueError:
+        return None
+    if not parts.metric.startswith("top/") or site_name(parts.metric) is None:
+        return None
+    if parts.probe == "tracemalloc" and parts.metric.endswith("/size_bytes"):
+        return "tracemalloc"
+    if parts.probe == "objects" and parts.metric.endswith("/count"):
+        return "objects"
+    return None
