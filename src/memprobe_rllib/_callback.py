@@ -74,7 +74,8 @@ class ProcessProber:
         alarm: dict[str, Any] = {}
         if options.leak_check_every is not None:
             alarm = {"on_leak": self.leak.on_leak, "leak_check_every": options.leak_check_every,
-                     "leak_confirmations": options.leak_confirmations}
+                     "leak_confirmations": options.leak_confirmations,
+                     "leak_options": options.alarm_options}
         self.prober = memprobe.Prober(
             options.probe_spec, every=options.every, interval_seconds=options.interval_seconds,
             budget=options.budget, history=options.history, max_failures=options.max_failures,
@@ -101,6 +102,10 @@ class ProcessProber:
     def sample_all(self, step: Any) -> dict[str, Any]:
         """One sample with every key seen so far (latest values) and the leak keys: for
         results that are plain dicts (driver, learners), never missing a key."""
+        if not self.last:
+            # The first call samples twice, so that probes reporting at their second
+            # sample (a tracing window's end) are in the first iteration's keys too.
+            self.prober.sample(step=step)
         values = self.prober.sample(step=step)
         merged = self.last
         site = self.log.kinds

@@ -85,11 +85,16 @@ def culprits_of(verdict: Any, history: Sequence[Any], prefix: str) -> tuple[str,
     did not allocate: C extensions, ``malloc``).
     """
     metric = mkeys.short_key(verdict.key, prefix)
-    if metric.endswith("num_fds"):
+    kind = getattr(verdict, "kind", None)
+    if metric.endswith("num_fds") or kind == "fds":
         return ("fds",)
     if verdict.culprits:
         return tuple(verdict.culprits[:MAX_CULPRITS])
+    if kind == "threads":
+        return ("threads",)
     if metric.endswith("_bytes"):
+        # Windowed tracing: the verdict cannot see Python's growth across windows;
+        # the blocks that survive each window can.
         sites = survivor_sites(history, prefix)
         per_step = max(float(verdict.slope_per_step), 1.0)
         if sites and sum(b for _, b in sites[:MAX_CULPRITS]) >= _PYTHON_SHARE * per_step:

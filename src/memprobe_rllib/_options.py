@@ -35,6 +35,13 @@ DIAGNOSE_PROBES: Mapping[str, Mapping[str, Any]] = {
 }
 
 
+#: The alarm's verdict options by default: growth below 0.5% of the process's
+#: resident size over the window judged is "growing slightly", not a leak. An
+#: RLlib process of 300-700 MiB creeps by a few MiB while its allocator,
+#: torch and Ray's buffers warm up; the leaks worth an alarm are larger.
+LEAK_OPTIONS: Mapping[str, Any] = {"min_growth_fraction": 0.005}
+
+
 def show(value: Any) -> str:
     """A short ``repr`` for error messages, with the type: ``'yes' (str)``."""
     text = repr(value)
@@ -85,6 +92,8 @@ class CallbackOptions:
         each process's history every this many samples; ``None`` turns it off.
     :ivar leak_confirmations: a metric must be judged leaking at this many
         checks in a row before it is reported.
+    :ivar leak_options: options of :func:`memprobe.analyze_samples` for the alarm;
+        ``None``: :data:`LEAK_OPTIONS`.
     :ivar time_limit_seconds: every probe's time limit, as :class:`memprobe.Prober`'s.
     """
 
@@ -106,6 +115,7 @@ class CallbackOptions:
     learners: bool = True
     leak_check_every: int | None = 10
     leak_confirmations: int = 2
+    leak_options: Any = None
     time_limit_seconds: float | None = None
 
     def __post_init__(self) -> None:
@@ -129,6 +139,8 @@ class CallbackOptions:
             if not isinstance(self.jsonl, (str, os.PathLike)):
                 raise ConfigError("jsonl", f"must be a path or None, got {show(self.jsonl)}")
             object.__setattr__(self, "jsonl", os.path.abspath(os.fspath(self.jsonl)))
+        if self.leak_options is not None and not isinstance(self.leak_options, Mapping):
+            raise ConfigError("leak_options", f"must be a mapping, got {show(self.leak_options)}")
         if self.diagnose and self.probes is not None:
             raise ConfigError("diagnose", "diagnose=True chooses the probes itself; "
                               "give either diagnose=True or probes=...")
@@ -158,6 +170,11 @@ class CallbackOptions:
     def as_dict(self) -> dict[str, Any]:
         """``{option: value}`` for every option."""
         return {name: getattr(self, name) for name in self.names()}
+
+    @property
+    def alarm_options(self) -> dict[str, Any]:
+        """What the Probers are given as ``leak_options=``."""
+        return dict(LEAK_OPTIONS if self.leak_options is None else self.leak_options)
 
     @property
     def probe_spec(self) -> Any:
