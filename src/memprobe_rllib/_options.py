@@ -44,7 +44,10 @@ LEAK_OPTIONS: Mapping[str, Any] = {"min_growth_fraction": 0.005}
 
 def show(value: Any) -> str:
     """A short ``repr`` for error messages, with the type: ``'yes' (str)``."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int over Python's digit limit for printing
+        text = f"<int of {value.bit_length()} bits>" if isinstance(value, int) else "<value>"
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({type(value).__name__})"
@@ -134,7 +137,7 @@ class CallbackOptions:
         if self.leak_check_every is not None:
             _check_int("leak_check_every", self.leak_check_every, 1)
         _check_int("leak_confirmations", self.leak_confirmations, 1)
-        _check_int("history", self.history, 2)
+        _check_int("history", self.history, 1)
         if self.jsonl is not None:
             if not isinstance(self.jsonl, (str, os.PathLike)):
                 raise ConfigError("jsonl", f"must be a path or None, got {show(self.jsonl)}")
