@@ -37,7 +37,7 @@ def _memprobe_gc_callbacks() -> list:
 @pytest.fixture(autouse=True)
 def _no_memprobe_state_left(request):
     """Fail a test that leaves a memprobe gc callback installed or memprobe's tracing on."""
-    from memprobe.probes import tracemalloc as tm_probe
+    from memprobe import _tracing as tm_probe
 
     callbacks = _memprobe_gc_callbacks()
     users = tm_probe._users

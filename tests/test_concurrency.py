@@ -14,7 +14,7 @@ import tracemalloc
 import pytest
 
 import memprobe
-from memprobe.probes import tracemalloc as tm_probe
+from memprobe import _tracing as tm_probe
 
 MB = 2**20
 RSS = "memprobe/process/rss_bytes"

@@ -252,7 +252,7 @@ def test_callback_time_limit_applies_to_every_probe_unless_a_probe_sets_its_own(
 
     prober = ProcessProber(cls.options, "env_runner", 1, prefix="memprobe", step_name="",
                            sink=False).prober
-    assert {s.name: s.time_limit for s in prober._slots} == {"process": 0.5, "gc": 2.5}
+    assert {s.name: s.time_limit for s in prober._probes} == {"process": 0.5, "gc": 2.5}
 
 
 HUGE = 10**5000  # over Python's 4,300-digit limit for printing an int

@@ -378,7 +378,7 @@ def test_hostile_values_and_new_shapes_after_the_compiled_fast_path(tmp_path) ->
     with pytest.warns(memprobe.ProbeFailedWarning, match="'drifting'.*not finite"):
         with prober:
             samples = [prober.sample() for _ in good]
-            assert prober._slots[0].flattener is not None  # the fast path is taken from here
+            assert prober._probes[0].flattener is not None  # the fast path is taken from here
             samples += [prober.sample() for _ in later]
 
     def probe_keys(v: dict) -> dict:

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memprobe
-from memprobe._flatten import KeyCap, SiteMap
+from memprobe import SiteKeyCap, SiteMap
 
 SAFE = re.compile(r"^[A-Za-z0-9_.\-/:]+$")
 
@@ -96,14 +96,14 @@ def test_non_string_key_is_rejected() -> None:
 
 @given(st.lists(st.integers(0, 10**6), min_size=1, max_size=40), st.integers(0, 10))
 def test_key_cap_is_sticky_and_preserves_totals(sizes: list[int], cap_n: int) -> None:
-    cap = KeyCap(cap_n)
+    cap = SiteKeyCap(cap_n)
     sites = SiteMap((f"file.py:{i}", {"size_bytes": s}) for i, s in enumerate(sizes))
-    flat = memprobe.flatten({"t": {"top": sites}}, key_cap=cap)
+    flat = memprobe.flatten({"t": {"top": sites}}, site_key_cap=cap)
     assert sum(flat.values()) == sum(sizes)
     named = [k for k in flat if not k.startswith("memprobe/t/top/other")]
     assert len(named) == min(cap_n, len(sizes))
     # sticky: the same first sites keep their keys on the next sample
-    again = memprobe.flatten({"t": {"top": sites}}, key_cap=cap)
+    again = memprobe.flatten({"t": {"top": sites}}, site_key_cap=cap)
     assert [k for k in again if "other" not in k] == named
 
 

@@ -24,9 +24,10 @@ from hypothesis import strategies as st
 
 import memprobe
 from memprobe import MemprobeError, SiteMap, flatten
-from memprobe._flatten import INT_MAX, INT_MIN, KeyCap
+from memprobe import SiteKeyCap
+from memprobe._flatten import INT_MAX, INT_MIN
 from memprobe._jsonl import read_samples
-from memprobe._prober import parse_probes
+from memprobe import parse_probes
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -69,7 +70,7 @@ _CLEAN_KEY = re.compile(r"[A-Za-z0-9_.\-/:]+")
 
 def _outcome(data: Any, cap: int) -> tuple[str, Any]:
     try:
-        return "ok", flatten(data, key_cap=KeyCap(cap), max_keys=200)
+        return "ok", flatten(data, site_key_cap=SiteKeyCap(cap), max_keys=200)
     except MemprobeError as exc:
         return "error", exc
 

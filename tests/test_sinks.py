@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 import memprobe
 from memprobe._jsonl import RECORD_FIELDS, iter_records, read_samples
-from memprobe._prober import Sample
+from memprobe import Sample
 from memprobe._sinks import JsonlSink
 
 
@@ -246,3 +246,58 @@ def test_the_written_values_are_the_sample_values(tmp_path) -> None:
     back = read_samples(tmp_path / "s.jsonl")
     assert [s.values for s in back] == out
     assert all(s.pid == os.getpid() for s in back)
+
+
+# -- sinks by name, through memprobe_register_sinks -----------------------------------
+
+
+def test_the_jsonl_sink_is_registered_like_a_plugins(tmp_path) -> None:
+    from memprobe._plugins import collect_sinks
+
+    registry = collect_sinks(memprobe.get_plugin_manager(load_entrypoints=False))
+    assert registry["jsonl"].plugin == "jsonl"
+    path = tmp_path / "named.jsonl"
+    with memprobe.Prober(["process"], sinks={"jsonl": {"path": path, "tags": {"run": 7}}},
+                         load_entrypoints=False) as p:
+        p.sample(step=0)
+        p.sample(step=1)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1]
+    assert all(line["run"] == 7 for line in lines)
+
+
+def test_an_unknown_sink_name_suggests_the_closest() -> None:
+    with pytest.raises(memprobe.ConfigError, match=r"unknown sink 'jsnl'; did you mean 'jsonl'"):
+        memprobe.Prober(sinks={"jsnl": {"path": "x.jsonl"}}, load_entrypoints=False)
+
+
+def test_a_bad_sink_option_names_the_sink_and_the_option(tmp_path) -> None:
+    with pytest.raises(memprobe.ConfigError, match=r"sinks\.jsonl: unknown option 'pth'"):
+        memprobe.Prober(sinks={"jsonl": {"pth": "x"}}, load_entrypoints=False)
+    with pytest.raises(memprobe.ConfigError, match=r"sinks\.jsonl\.tags"):
+        memprobe.Prober(sinks={"jsonl": {"path": tmp_path / "a", "tags": {"time": 1}}},
+                        load_entrypoints=False)
+    assert not (tmp_path / "a").exists()
+
+
+def test_a_third_party_sink_through_its_entry_point(tmp_path) -> None:
+    """The example plugin package registers ``example_csv`` through its entry point."""
+    csv_path = tmp_path / "out.csv"
+    jsonl_path = tmp_path / "out.jsonl"
+    key = "memprobe/process/rss_bytes"
+    with memprobe.Prober(["process"], sinks={"example_csv": {"path": str(csv_path), "keys": [key]},
+                                              "jsonl": {"path": jsonl_path}}) as p:
+        values = [p.sample(step=i) for i in range(3)]
+        assert type(p.sinks[0]).__module__ == "memprobe_example.plugin"
+    rows = [line.split(",") for line in csv_path.read_text().splitlines()]
+    assert [(r[1], r[2], int(r[3])) for r in rows] == [(str(i), key, v[key])
+                                                        for i, v in enumerate(values)]
+    assert len(jsonl_path.read_text().splitlines()) == 3
+
+
+def test_sink_path_and_named_sinks_together(tmp_path) -> None:
+    with memprobe.Prober(["gc"], sink=tmp_path / "a.jsonl",
+                         sinks={"jsonl": {"path": tmp_path / "b.jsonl"}},
+                         load_entrypoints=False) as p:
+        p.sample()
+    assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text() != ""

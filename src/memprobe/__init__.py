@@ -7,6 +7,8 @@
 True
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._errors import ConfigError
 from ._errors import KeyCollisionError
 from ._errors import LeakError
@@ -17,43 +19,102 @@ from ._errors import MetricValueError
 from ._errors import PluginWarning
 from ._errors import ProbeError
 from ._errors import ProbeFailedWarning
+from ._flatten import SiteKeyCap
 from ._flatten import SiteMap
 from ._flatten import flatten
-from ._flatten import sanitize_key
-from ._flatten import shorten_path
+from ._alarm import LeakAlarm
+from ._history import History
+from ._options import DEFAULT_PROBES
+from ._options import parse_probes
 from ._plugins import ProbeInfo
+from ._plugins import SinkInfo
 from ._plugins import get_plugin_manager
-from ._prober import DEFAULT_PROBES
 from ._prober import Prober
-from ._prober import Sample
-from ._prober import watch
+from ._sample import Number
+from ._sample import Sample
 from ._sinks import JsonlSink
 from ._sinks import Sink
+from ._watch import watch
 from .hookspecs import hookimpl
 from .hookspecs import hookspec
-from ._kinds import KINDS
-from ._verdicts import LEAK_OPTIONS
-from ._verdicts import Report
-from ._verdicts import Verdict
-from ._verdicts import analyze
-from ._verdicts import analyze_samples
-from .leaks import assert_no_leak
-from .leaks import check_leaks
+from .keys import make_key
+from .keys import sanitize_key
+from .keys import shorten_path
+from .keys import split_key
+from .metrics import Metric
+
+if TYPE_CHECKING:
+    from ._kinds import KINDS
+    from ._verdicts import LEAK_OPTIONS
+    from ._verdicts import Report
+    from ._verdicts import Verdict
+    from ._verdicts import analyze
+    from ._verdicts import analyze_samples
+    from .leaks import assert_no_leak
+    from .leaks import check_leaks
 
 __version__ = "0.1.0"
 
+# Imported when first used: the verdicts need the statistics modules, and
+# check_leaks the Prober and tracemalloc, none of which ``import memprobe`` needs.
+_LAZY = {
+    "KINDS": "._kinds",
+    "LEAK_OPTIONS": "._verdicts",
+    "Report": "._verdicts",
+    "Verdict": "._verdicts",
+    "analyze": "._verdicts",
+    "analyze_samples": "._verdicts",
+    "assert_no_leak": ".leaks",
+    "check_leaks": ".leaks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memprobe' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+# Public exceptions and warnings show as ``memprobe.LeakError``, where users catch them.
+for _cls in (
+    ConfigError,
+    KeyCollisionError,
+    LeakError,
+    LeakWarning,
+    MemprobeError,
+    MemprobeWarning,
+    MetricValueError,
+    PluginWarning,
+    ProbeError,
+    ProbeFailedWarning,
+):
+    _cls.__module__ = "memprobe"
+del _cls
+
 __all__ = [
     "DEFAULT_PROBES",
-    "ConfigError",
-    "JsonlSink",
     "KINDS",
-    "KeyCollisionError",
     "LEAK_OPTIONS",
+    "ConfigError",
+    "History",
+    "JsonlSink",
+    "KeyCollisionError",
+    "LeakAlarm",
     "LeakError",
     "LeakWarning",
     "MemprobeError",
     "MemprobeWarning",
+    "Metric",
     "MetricValueError",
+    "Number",
     "PluginWarning",
     "ProbeError",
     "ProbeFailedWarning",
@@ -62,6 +123,8 @@ __all__ = [
     "Report",
     "Sample",
     "Sink",
+    "SinkInfo",
+    "SiteKeyCap",
     "SiteMap",
     "Verdict",
     "analyze",
@@ -72,7 +135,10 @@ __all__ = [
     "get_plugin_manager",
     "hookimpl",
     "hookspec",
+    "make_key",
+    "parse_probes",
     "sanitize_key",
     "shorten_path",
+    "split_key",
     "watch",
 ]

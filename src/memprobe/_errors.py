@@ -147,4 +147,4 @@ class LeakError(MemprobeError, AssertionError):
         return self.message
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (self.message, None))
+        return (type(self), (self.message, self.report))

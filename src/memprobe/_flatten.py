@@ -2,24 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import numbers
-import os
-import re
-import sys
-import sysconfig
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Union
 
 from ._errors import KeyCollisionError, MetricValueError
-
-Number = Union[int, float]
-
-#: Characters a key part keeps; everything else (whitespace included) becomes ``_``.
-#: This is the set TensorBoard, MLflow and WandB accept in tag names, plus ``:``
-#: for ``file.py:line`` allocation sites.
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-/:]+")
+from ._sample import Number
+from .keys import sanitize_key
 
 #: How deep a probe's result may nest before it is rejected.
 MAX_DEPTH = 12
@@ -34,17 +24,18 @@ INT_MAX = 2**64 - 1
 
 
 class SiteMap(dict):  # type: ignore[type-arg]
-    """A mapping whose keys are open-ended names: allocation sites, type names.
+    """A mapping whose keys are *site keys*: open-ended names such as allocation sites
+    and type names.
 
     A probe returns one where the set of keys is not fixed in advance. The
-    Prober's key cap (``max_site_keys``) applies to the keys of a SiteMap:
-    the first N distinct ones keep their key for the life of the cap, the
-    rest are summed into ``.../other/...``.
+    Prober's site-key cap (``Prober(max_site_keys=N)``, a :class:`SiteKeyCap`)
+    applies to the keys of every SiteMap: the first N distinct ones keep their
+    key for the life of the Prober, the rest are summed into ``.../other/...``.
     """
 
 
-class KeyCap:
-    """Caps the distinct site keys emitted: sticky for the first ``max_keys``."""
+class SiteKeyCap:
+    """The site-key cap: admits the first ``max_keys`` distinct site keys, for good."""
 
     def __init__(self, max_keys: int) -> None:
         self.max_keys = max_keys
@@ -63,71 +54,7 @@ class KeyCap:
         return len(self._admitted)
 
 
-@functools.lru_cache(maxsize=8192)
-def sanitize_key(part: str) -> str:
-    """Make one key part safe for metric backends.
-
-    Runs of whitespace and of characters outside ``[A-Za-z0-9_.-/:]`` become one
-    ``_``; leading and trailing separators are dropped; an empty part becomes ``_``.
-    Idempotent: ``sanitize_key(sanitize_key(s)) == sanitize_key(s)``.
-    """
-    out = _UNSAFE.sub("_", part).strip("/")
-    out = re.sub("/{2,}", "/", out)
-    return out or "_"
-
-
-def _site_roots() -> list[tuple[str, str]]:
-    roots: list[str] = []
-    for p in sys.path:
-        if p and ("site-packages" in p or "dist-packages" in p):
-            roots.append(p)
-    for name in ("purelib", "platlib", "stdlib", "platstdlib"):
-        try:
-            roots.append(sysconfig.get_paths()[name])
-        except KeyError:
-            pass
-    out = []
-    for r in roots:
-        r = os.path.normpath(os.path.abspath(r))
-        out.append((r + os.sep, r))
-    # Longest first, so site-packages wins over the stdlib directory above it.
-    out.sort(key=lambda t: len(t[0]), reverse=True)
-    return list(dict.fromkeys(out))
-
-
-@functools.lru_cache(maxsize=8192)
-def shorten_path(filename: str) -> str:
-    """Shorten a source path for use in a key.
-
-    Relative to site-packages (``ray/rllib/env/env_runner.py``), the standard
-    library (``json/decoder.py``) or the working directory (``train.py``);
-    other absolute paths keep their last two components. ``<frozen ...>`` and
-    similar pseudo-files are kept as they are, without the brackets.
-    """
-    if filename.startswith("<"):
-        return filename.strip("<>").replace(" ", "_")
-    path = os.path.normpath(filename)
-    if not os.path.isabs(path):
-        return path.replace(os.sep, "/")
-    candidates = [*_site_roots()]
-    cwd = os.getcwd()
-    candidates.append((cwd + os.sep, cwd))
-    best = ""
-    for with_sep, _ in candidates:
-        if path.startswith(with_sep) and len(with_sep) > len(best):
-            best = with_sep
-    if best:
-        return path[len(best):].replace(os.sep, "/")
-    parts = path.split(os.sep)
-    return "/".join(parts[-2:])
-
-
-def format_site(filename: str, lineno: int) -> str:
-    """``package/file.py:line`` for an allocation site."""
-    return f"{shorten_path(filename)}:{lineno}"
-
-
-def _check_number(key: str, value: Any) -> Number:
+def check_number(key: str, value: Any) -> Number:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
@@ -141,7 +68,7 @@ def _check_number(key: str, value: Any) -> Number:
             raise MetricValueError(key, f"value {value!r} is not finite")
         return value
     if isinstance(value, numbers.Integral):
-        return _check_number(key, int(value))
+        return check_number(key, int(value))
     if isinstance(value, numbers.Real):
         f = float(value)
         if not math.isfinite(f):
@@ -165,7 +92,7 @@ def flatten(
     *,
     prefix: str = "memprobe",
     sep: str = "/",
-    key_cap: KeyCap | None = None,
+    site_key_cap: SiteKeyCap | None = None,
     max_keys: int | None = None,
 ) -> dict[str, Number]:
     """Flatten nested probe results into ``{"<prefix>/<probe>/<metric>": number}``.
@@ -177,7 +104,7 @@ def flatten(
     :param data: ``{probe_name: result}``, each result a nested mapping.
     :param prefix: the first key component; ``""`` for none.
     :param sep: the separator between components.
-    :param key_cap: caps distinct keys under every :class:`SiteMap`.
+    :param site_key_cap: caps the distinct site keys (those under every :class:`SiteMap`).
     :param max_keys: give up (``MetricValueError``) as soon as the result, or
         one container in ``data``, has more entries than this.
     :raises MetricValueError: a value is not a finite number, or a key is not a
@@ -203,7 +130,7 @@ def flatten(
     out: dict[str, Number] = {}
     sources: dict[str, str] = {}
     root = sanitize_key(prefix) if prefix else ""
-    _walk(data, root, "", sep, out, sources, key_cap, 0, max_keys)
+    _walk(data, root, "", sep, out, sources, site_key_cap, 0, max_keys)
     if type(data) is dict:
         plan = _make_plan(data, out, root, sep, 0)
         if plan is not None:
@@ -382,7 +309,7 @@ def _walk(
     sep: str,
     out: dict[str, Number],
     sources: dict[str, str],
-    cap: KeyCap | None,
+    cap: SiteKeyCap | None,
     depth: int,
     limit: int | None = None,
 ) -> None:
@@ -406,7 +333,7 @@ def _walk(
         if _is_container(v):
             _walk(v, child_key, child_src, sep, out, sources, cap, depth + 1, limit)
         else:
-            _emit(out, sources, child_key, child_src, _check_number(child_src, v))
+            _emit(out, sources, child_key, child_src, check_number(child_src, v))
             if limit is not None and len(out) > limit:
                 raise MetricValueError(src or "<root>", f"flattens to over max_keys={limit} keys")
     if other:
@@ -418,4 +345,4 @@ def _walk(
                 val += out[k2]
                 del sources[k2], out[k2]
             # A sum of in-range ints can leave the 64-bit range: checked like any value.
-            _emit(out, sources, k2, other_src, _check_number(other_src, val))
+            _emit(out, sources, k2, other_src, check_number(other_src, val))

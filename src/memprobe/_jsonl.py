@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._errors import JsonlReadError, MemprobeWarning
-from ._prober import Sample
+from ._sample import Sample
 
 #: Fields of a line that are not tags.
 RECORD_FIELDS = ("time", "step", "pid", "values")

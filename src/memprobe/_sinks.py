@@ -1,4 +1,10 @@
-"""Where samples go besides ``prober.history``: JSON Lines files."""
+"""Sinks: where samples go besides ``prober.history``. The built-in one writes JSON Lines.
+
+A sink is anything with ``write(sample)`` and ``close()``. Sinks are
+registered by name through the ``memprobe_register_sinks`` hook; this module
+registers the ``jsonl`` sink that way, like any third-party plugin, and
+``Prober(sinks={"jsonl": {"path": ...}})`` chooses it.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +14,60 @@ import math
 import os
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from ._errors import MemprobeWarning
-
-if TYPE_CHECKING:
-    from ._prober import Sample
+from ._errors import ConfigError, MemprobeWarning, show
+from ._sample import Sample
+from .hookspecs import hookimpl
 
 
 class Sink(Protocol):
-    """Anything with ``write(sample)`` and ``close()``."""
+    """Anything with ``write(sample)`` and ``close()``.
+
+    ``write`` is called with each finished :class:`memprobe.Sample`, in the
+    sampling thread, under the Prober's lock: keep it short (hand slow work to
+    a thread). An exception from it is counted in ``<prefix>/errors/<sink>``
+    and never reaches the caller. ``close`` is called by ``Prober.stop()``.
+    """
 
     def write(self, sample: Sample) -> None: ...
 
     def close(self) -> None: ...
 
 
+#: Fields of every JSONL line; a tag may not take one of these names.
+RECORD_FIELDS = ("time", "step", "pid", "values")
+
+
+def check_jsonl_tags(option: str, tags: Any) -> dict[str, Any]:
+    """Tags of a JSONL sink: a mapping of str keys to JSON values, none named like a field."""
+    if not isinstance(tags, Mapping):
+        raise ConfigError(option, f"must be a mapping, got {show(tags)}")
+    for k, v in tags.items():
+        if not isinstance(k, str):
+            raise ConfigError(option, f"keys must be str, got {show(k)}")
+        if k in RECORD_FIELDS:
+            raise ConfigError(option, f"{k!r} is a field of every JSONL line; rename the tag")
+        try:
+            json.dumps(v, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{option}.{k}", f"cannot be written as JSON: {exc}") from None
+    return dict(tags)
+
+
 _OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
 
-try:  # a dependency on CPython (pyproject); json is the fallback elsewhere
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - PyPy, or installed without dependencies
-    _orjson = None  # type: ignore[assignment]
-_ORJSON_OPTIONS = 0 if _orjson is None else _orjson.OPT_APPEND_NEWLINE
+_orjson: Any = None  # orjson, imported by the first JsonlSink (not by ``import memprobe``)
+_ORJSON_OPTIONS = 0
+
+
+def _load_orjson() -> None:
+    global _orjson, _ORJSON_OPTIONS
+    try:  # a dependency on CPython (pyproject); json is the fallback elsewhere
+        import orjson
+    except ImportError:  # pragma: no cover - PyPy, or installed without dependencies
+        return
+    _orjson, _ORJSON_OPTIONS = orjson, orjson.OPT_APPEND_NEWLINE
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -76,6 +113,8 @@ class JsonlSink:
     """
 
     def __init__(self, path: str | os.PathLike[str], *, tags: Mapping[str, Any] | None = None):
+        if _orjson is None:
+            _load_orjson()
         self.path_template = os.fspath(path)
         self.tags = dict(tags or {})
         json.dumps(self.tags)  # fail now, in the caller, if a tag cannot be written
@@ -151,3 +190,18 @@ class JsonlSink:
         state = self.__dict__.copy()
         state.update(_fd=-1, _pid=-1)
         return state
+
+
+def jsonl_sink(*, path: str | os.PathLike[str], tags: Mapping[str, Any] | None = None) -> JsonlSink:
+    """The ``jsonl`` sink: ``path`` (``{pid}`` is replaced by the process id) and ``tags``
+    (extra fields of each line, e.g. ``{"env_runner": 1}``)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError("sinks.jsonl.path", f"must be a path, got {show(path)}")
+    if tags is not None:
+        tags = check_jsonl_tags("sinks.jsonl.tags", tags)
+    return JsonlSink(path, tags=tags)
+
+
+@hookimpl
+def memprobe_register_sinks(register: Any) -> None:
+    register("jsonl", jsonl_sink)

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
-from ._flatten import format_site
+from .keys import format_site
 
 _get_traces: Callable[[], Any] | None
 try:
@@ -41,18 +41,37 @@ Stats = dict[str, tuple[int, int]]
 _first, _second, _third = itemgetter(0), itemgetter(1), itemgetter(2)
 
 _MEMPROBE_DIR = os.path.dirname(os.path.abspath(__file__))
+#: memprobe's packages: what they allocate is memprobe's, never the user's.
+MEMPROBE_PACKAGES = ("memprobe", "memprobe_rllib", "memprobe_ray")
+
+
+@functools.lru_cache(maxsize=1)
+def memprobe_dirs() -> tuple[str, ...]:
+    """The directories of memprobe's packages that are installed (found, not imported)."""
+    import importlib.util
+
+    dirs = [_MEMPROBE_DIR]
+    for name in MEMPROBE_PACKAGES[1:]:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.submodule_search_locations:
+            dirs += [os.path.abspath(d) for d in spec.submodule_search_locations]
+    return tuple(dict.fromkeys(dirs))
 
 
 def default_filters(exclude: Sequence[str] = ()) -> list[tracemalloc.Filter]:
-    """Exclude tracemalloc itself, importlib's bootstrap, memprobe (its files and the code it
-    compiles, named ``<memprobe ...>``) and ``exclude`` patterns."""
+    """Exclude tracemalloc itself, importlib's bootstrap, every memprobe package
+    (:data:`MEMPROBE_PACKAGES`: their files and the code memprobe compiles, named
+    ``<memprobe ...>``) and ``exclude`` patterns."""
     pats = [
         tracemalloc.__file__,
         fnmatch.__file__,
         "<frozen importlib._bootstrap>",
         "<frozen importlib._bootstrap_external>",
         "<unknown>",
-        os.path.join(_MEMPROBE_DIR, "*"),
+        *(os.path.join(d, "*") for d in memprobe_dirs()),
         "<memprobe *>",  # code memprobe compiles at run time (flatten plans)
         *exclude,
     ]

@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-if TYPE_CHECKING:
-    from ._prober import Prober, Sample
+from ._sample import Sample
+
+if TYPE_CHECKING:  # the one import of the engine here, for type hints only
+    from ._prober import Prober
 
 hookspec = pluggy.HookspecMarker("memprobe")
 hookimpl = pluggy.HookimplMarker("memprobe")
@@ -46,6 +48,28 @@ def memprobe_register_probes(register: Callable[..., None]) -> None:
     """
 
 
+@hookspec
+def memprobe_register_sinks(register: Callable[..., None]) -> None:
+    """Register the sinks this plugin contributes: where finished samples are exported.
+
+    Call ``register(name, factory)`` once per sink. ``factory(**options)``
+    must return an object with ``write(sample)`` and ``close()`` (a
+    :class:`memprobe.Sink`); the options are those the user gives in
+    ``Prober(sinks={name: {...}})``. A bad option is a ``TypeError`` (reported
+    as a :class:`memprobe.ConfigError` naming the option) or a ``ConfigError``
+    raised by the factory.
+
+    Exporting samples (to a file, a metrics backend) is what sinks are for;
+    ``memprobe_sample_end`` is for observing them. The built-in ``jsonl``
+    sink (options ``path`` and ``tags``) is registered through this hook.
+
+    :param register: the function to call, ``register(name: str, factory)``.
+    :returns: nothing; what counts is what was registered.
+
+    Called once for each plugin when a :class:`memprobe.Prober` is given ``sinks=``.
+    """
+
+
 # -------------------------------------------------------------------------
 # around a sample
 # -------------------------------------------------------------------------
@@ -65,18 +89,21 @@ def memprobe_sample_flattened(
 
     Called after every sample in which at least one probe ran, after the
     probes' results were flattened and before the sample is stored or written.
+    A call of ``prober.sample()`` from here returns ``{}`` at once (counted in
+    ``<prefix>/errors/reentrant``).
     """
 
 
 @hookspec
 def memprobe_sample_end(sample: Sample, prober: Prober) -> None:
-    """Export or observe a finished sample.
+    """Observe a finished sample (export it with a sink: ``memprobe_register_sinks``).
 
     :param sample: the finished :class:`memprobe.Sample` (time, step, pid, values).
     :param prober: the :class:`memprobe.Prober` that took it.
     :returns: nothing.
 
     Called after each sample is stored in ``prober.history`` and written to
-    the sink. An exception here is counted under ``memprobe/errors/<plugin>``
-    and does not reach the caller.
+    the sinks. An exception here is counted under ``<prefix>/errors/<plugin>``
+    and does not reach the caller. A call of ``prober.sample()`` from here
+    returns ``{}`` at once (counted in ``<prefix>/errors/reentrant``).
     """

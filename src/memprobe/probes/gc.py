@@ -10,27 +10,46 @@ from typing import Any
 
 from .._errors import ConfigError, show
 from ..hookspecs import hookimpl
+from ..metrics import Metric
 
-_GEN = tuple(f"gen{i}" for i in range(8))
+# Bound at import: a program that patches time.perf_counter must not break the callback.
+_perf_counter = time.perf_counter
+
+
+
+def _gen_keys(i: int) -> tuple[str, str, str, str]:
+    g = f"gen{i}"
+    return (f"{g}/count", f"{g}/collections_count", f"{g}/collected_count",
+            f"{g}/uncollectable_count")
+
+
+_KEYS = tuple(_gen_keys(i) for i in range(8))
 
 
 class GcProbe:
     """Per-generation object counts and collection statistics, garbage, collection time.
 
-    Costs about 2 µs. It never forces a collection unless ``collect=True``.
+    It never forces a collection unless ``collect=True``.
     Collection time comes from a ``gc.callbacks`` hook installed by ``start()``
     and removed by ``stop()``.
     """
 
     metrics = {
-        "gen<N>/count": "allocations since generation N was last collected, count",
-        "gen<N>/collections_count": "collections of generation N since start of the process, count",
-        "gen<N>/collected_count": "objects collected in generation N, count",
-        "gen<N>/uncollectable_count": "uncollectable objects found in generation N, count",
-        "garbage_count": "len(gc.garbage), count",
-        "collection_seconds": "time spent in collections since the previous sample, seconds",
-        "collection_seconds_total": "time spent in collections since the probe started, seconds",
-        "collected_now_count": "objects freed by the forced collection (collect=True), count",
+        "gen<N>/count": Metric("allocations since generation N was last collected", "count"),
+        "gen<N>/collections_count": Metric(
+            "collections of generation N since the process started", "count", "counter"),
+        "gen<N>/collected_count": Metric(
+            "objects collected in generation N since the process started", "count", "counter"),
+        "gen<N>/uncollectable_count": Metric(
+            "uncollectable objects found in generation N since the process started",
+            "count", "counter"),
+        "garbage_count": Metric("len(gc.garbage)", "count"),
+        "collection_seconds": Metric(
+            "time spent in collections since the previous sample", "seconds", "interval"),
+        "collection_seconds_total": Metric(
+            "time spent in collections since the probe started", "seconds", "counter"),
+        "collected_now_count": Metric(
+            "objects freed by the forced collection (collect=True)", "count", "interval"),
     }
 
     def __init__(self, *, collect: bool = False) -> None:
@@ -46,9 +65,9 @@ class GcProbe:
 
     def _on_gc(self, phase: str) -> None:
         if phase == "start":
-            self._t0 = time.perf_counter()
+            self._t0 = _perf_counter()
         elif self._t0:
-            self._spent += time.perf_counter() - self._t0
+            self._spent += _perf_counter() - self._t0
             self._t0 = 0.0
 
     def start(self) -> None:
@@ -76,18 +95,20 @@ class GcProbe:
         return state
 
     def sample(self) -> dict[str, Any]:
+        # Flat keys (``gen0/count``): the same flat metrics as nested dicts, built faster.
         out: dict[str, Any] = {}
         if self.collect:
             out["collected_now_count"] = gc.collect()
         counts = gc.get_count()
         n = len(counts)
         for i, st in enumerate(gc.get_stats()):
-            out[_GEN[i] if i < len(_GEN) else f"gen{i}"] = {
-                "count": counts[i] if i < n else 0,
-                "collections_count": st.get("collections", 0),
-                "collected_count": st.get("collected", 0),
-                "uncollectable_count": st.get("uncollectable", 0),
-            }
+            k_count, k_collections, k_collected, k_uncollectable = (
+                _KEYS[i] if i < len(_KEYS) else _gen_keys(i)
+            )
+            out[k_collected] = st.get("collected", 0)
+            out[k_collections] = st.get("collections", 0)
+            out[k_count] = counts[i] if i < n else 0
+            out[k_uncollectable] = st.get("uncollectable", 0)
         out["garbage_count"] = len(gc.garbage)
         spent = self._spent
         out["collection_seconds"] = spent - self._spent_reported
@@ -96,13 +117,60 @@ class GcProbe:
         return out
 
 
+    def _flat_sampler(self, head: str) -> Callable[[], dict[str, Any] | None] | None:
+        """What the Prober calls instead of ``sample()`` + flatten: the same values under
+        their final keys (``head`` is ``<prefix>/<name>/``), in the same order."""
+        if self.collect:
+            return None
+        gens = [tuple(head + k for k in keys) for keys in _KEYS]
+        k_seconds = head + "collection_seconds"
+        k_total = head + "collection_seconds_total"
+        k_garbage = head + "garbage_count"
+        get_count, get_stats, garbage = gc.get_count, gc.get_stats, gc.garbage
+
+        (a0, a1, a2, a3), (b0, b1, b2, b3), (c0, c1, c2, c3) = gens[:3]
+
+        def sample() -> dict[str, Any] | None:
+            stats = get_stats()
+            counts = get_count()
+            spent = self._spent
+            seconds = spent - self._spent_reported
+            self._spent_reported = spent
+            if len(stats) == 3 and len(counts) == 3:  # CPython's three generations: one display
+                s0, s1, s2 = stats
+                n0, n1, n2 = counts
+                return {
+                    k_seconds: seconds, k_total: spent, k_garbage: len(garbage),
+                    a2: s0["collected"], a1: s0["collections"], a0: n0, a3: s0["uncollectable"],
+                    b2: s1["collected"], b1: s1["collections"], b0: n1, b3: s1["uncollectable"],
+                    c2: s2["collected"], c1: s2["collections"], c0: n2, c3: s2["uncollectable"],
+                }
+            if len(stats) > len(gens) or len(counts) != len(stats):
+                self._spent_reported -= seconds  # the ordinary path reports it
+                return None
+            out = {k_seconds: seconds, k_total: spent, k_garbage: len(garbage)}
+            for (k_count, k_collections, k_collected, k_uncollectable), st, c in zip(
+                gens, stats, counts
+            ):
+                out[k_collected] = st["collected"]
+                out[k_collections] = st["collections"]
+                out[k_count] = c
+                out[k_uncollectable] = st["uncollectable"]
+            return out
+
+        return sample
+
+
 def _make_callback(
     ref: weakref.ReferenceType[GcProbe],
 ) -> Callable[[str, dict[str, Any]], None]:
     def callback(phase: str, info: dict[str, Any]) -> None:
-        probe = ref()
-        if probe is not None:
-            probe._on_gc(phase)
+        try:
+            probe = ref()
+            if probe is not None:
+                probe._on_gc(phase)
+        except Exception:  # never an "Exception ignored" traceback in the user's stderr
+            pass
 
     return callback
 

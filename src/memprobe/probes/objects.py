@@ -9,6 +9,7 @@ from typing import Any
 from .._errors import ConfigError, show
 from .._flatten import SiteMap
 from ..hookspecs import hookimpl
+from ..metrics import Metric
 
 
 def type_name(t: type) -> str:
@@ -21,15 +22,17 @@ def type_name(t: type) -> str:
 class ObjectsProbe:
     """Live gc-tracked objects by type: the total, the top-N types and the top-N by growth.
 
-    Costly: it walks ``gc.get_objects()``, about 30 ms per million objects,
-    so it is off by default; give it an ``interval_seconds``.
+    Costly: it walks ``gc.get_objects()``,
+    so it is off by default; give it an ``interval_seconds``
+    (docs/performance.md has its cost).
     """
 
     metrics = {
-        "total_count": "live gc-tracked objects, count",
-        "types_count": "distinct types among them, count",
-        "top/<type>/count": "live objects of the type, count",
-        "growth/<type>/count": "change of the type's live objects since the previous sample, count",
+        "total_count": Metric("live gc-tracked objects", "count"),
+        "types_count": Metric("distinct types among them", "count"),
+        "top/<type>/count": Metric("live objects of the type", "count"),
+        "growth/<type>/count": Metric(
+            "increase of the type's live objects since the previous sample", "count", "interval"),
     }
 
     def __init__(self, *, top: int = 10, collect: bool = False) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from .._errors import ConfigError, show
 from .._pid import current_pid
 from ..hookspecs import hookimpl
+from ..metrics import Metric
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -47,16 +49,21 @@ class ProcessProbe:
     """
 
     metrics = {
-        "rss_bytes": "resident set size, bytes",
-        "vms_bytes": "virtual memory size, bytes",
-        "shared_bytes": "resident shared pages (file-backed), bytes (Linux)",
-        "data_bytes": "data + stack segment, bytes (Linux)",
-        "num_fds": "open file descriptors, count (POSIX)",
-        "num_threads": "OS threads of this process, count",
-        "uss_bytes": "unique set size, bytes (full=True)",
-        "pss_bytes": "proportional set size, bytes (full=True, Linux)",
-        "swap_bytes": "swapped out, bytes (full=True, Linux)",
+        "rss_bytes": Metric("resident set size", "bytes"),
+        "vms_bytes": Metric("virtual memory size", "bytes"),
+        "shared_bytes": Metric("resident shared pages (file-backed; Linux)", "bytes"),
+        "data_bytes": Metric("data + stack segment (Linux)", "bytes"),
+        "num_fds": Metric("open file descriptors (POSIX)", "count"),
+        "num_threads": Metric("OS threads of this process", "count"),
+        "uss_bytes": Metric("unique set size (full=True)", "bytes"),
+        "pss_bytes": Metric("proportional set size (full=True, Linux)", "bytes"),
+        "swap_bytes": Metric("swapped out (full=True, Linux)", "bytes"),
     }
+
+    # Set before the options are checked, so that a probe refused by a bad option
+    # has nothing to close when it is collected.
+    _statm = _stat = _fd_dirfd = _task_fd = -1
+    _proc: Any = None
 
     def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None) -> None:
         if not isinstance(full, bool):
@@ -136,6 +143,34 @@ class ProcessProbe:
                 out["pss_bytes"] = info.pss
                 out["swap_bytes"] = info.swap
         return out
+
+    def _flat_sampler(self, head: str) -> Callable[[], dict[str, int] | None] | None:
+        """What the Prober calls instead of ``sample()`` + flatten: the same values under
+        their final keys (``head`` is ``<prefix>/<name>/``), in the same (sorted) order.
+        It returns None, for the ordinary path, when the kept fds are not usable."""
+        if self.full:
+            return None
+        k_data, k_fds, k_threads, k_rss, k_shared, k_vms = (
+            head + m for m in ("data_bytes", "num_fds", "num_threads", "rss_bytes",
+                               "shared_bytes", "vms_bytes")
+        )
+        pread, fstat, page, fds = os.pread, os.fstat, _PAGE, self.fds
+
+        def sample() -> dict[str, int] | None:
+            if self._opened_in != current_pid() or self._task_fd < 0 or self._statm < 0:
+                return None
+            f = pread(self._statm, 256, 0).split()
+            if not fds:
+                return {k_data: int(f[5]) * page, k_threads: fstat(self._task_fd).st_nlink - 2,
+                        k_rss: int(f[1]) * page, k_shared: int(f[2]) * page,
+                        k_vms: int(f[0]) * page}
+            if self._fd_dirfd < 0:
+                return None
+            return {k_data: int(f[5]) * page, k_fds: fstat(self._fd_dirfd).st_size,
+                    k_threads: fstat(self._task_fd).st_nlink - 2, k_rss: int(f[1]) * page,
+                    k_shared: int(f[2]) * page, k_vms: int(f[0]) * page}
+
+        return sample
 
     def _sample_proc(self) -> dict[str, int]:
         f = os.pread(self._statm, 256, 0).split()

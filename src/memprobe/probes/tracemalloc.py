@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import tracemalloc
 import weakref
 from typing import Any
@@ -10,76 +9,15 @@ from typing import Any
 from .._errors import ConfigError, ProbeError, show
 from .._flatten import SiteMap
 from .._sitestats import Stats, default_filters, site_stats
+from ..metrics import Metric
+from .._tracing import (
+    acquire_tracing,
+    forget_stopped_tracing,
+    release_collected,
+    release_tracing,
+    started_by_memprobe,
+)
 from ..hookspecs import hookimpl
-
-# tracemalloc is process-wide: probes share it and only the last one out stops
-# what memprobe started, never what someone else started.
-_lock = threading.Lock()
-_users = 0
-_started_by_memprobe = False
-# Releases owed by probes that were garbage-collected while another thread (or
-# the collecting thread itself) held _lock; paid at the next acquire or release.
-_owed: list[None] = []
-
-
-def acquire_tracing(nframe: int) -> None:
-    """Start tracing if nothing traces yet; count this user either way."""
-    global _users, _started_by_memprobe
-    with _lock:
-        _pay_owed()
-        if not tracemalloc.is_tracing():
-            tracemalloc.start(nframe)
-            _started_by_memprobe = True
-        _users += 1
-
-
-def release_tracing() -> None:
-    """Stop tracing when the last memprobe user leaves, if memprobe started it."""
-    with _lock:
-        _release_locked()
-
-
-def _release_locked() -> None:
-    global _users, _started_by_memprobe
-    _users = max(0, _users - 1)
-    if _users == 0 and _started_by_memprobe:
-        tracemalloc.stop()
-        _started_by_memprobe = False
-
-
-def _pay_owed() -> None:
-    while _owed:
-        _owed.pop()
-        _release_locked()
-
-
-def _release_collected() -> None:
-    """A probe that held tracing was garbage-collected without ``stop()``.
-
-    A Prober nobody stops (RLlib has no hook at ``Algorithm.stop()``) must not
-    keep tracing, and slowing every allocation, for the rest of the process.
-    This may run inside a collection triggered while ``_lock`` is held, so it
-    never waits for the lock: it releases now if it can, else later.
-    """
-    lock = _lock
-    if lock.acquire(blocking=False):
-        try:
-            _release_locked()
-            _pay_owed()
-        finally:
-            lock.release()
-    else:
-        _owed.append(None)
-
-
-def _forget_stopped_tracing() -> None:
-    """Someone else stopped the tracing memprobe started: memprobe must not stop
-    theirs later, if they start it again."""
-    global _started_by_memprobe
-    with _lock:
-        if not tracemalloc.is_tracing():
-            _started_by_memprobe = False
-
 
 class TracemallocProbe:
     """Traced and peak bytes, the top-N allocation sites and the sites that grew most.
@@ -97,24 +35,26 @@ class TracemallocProbe:
     """
 
     metrics = {
-        "traced_bytes": "memory traced by tracemalloc now, bytes",
-        "filtered_bytes": "traced memory after the probe's filters (memprobe's own files, "
-        "tracemalloc, importlib and ``exclude`` left out), bytes; what leak diagnosis judges",
-        "peak_bytes": "peak traced memory since the previous sample, bytes",
-        "overhead_bytes": "memory tracemalloc itself uses, bytes",
-        "blocks_count": "live traced blocks (after filters), count",
-        "top/<site>/size_bytes": "live bytes allocated at the site, bytes",
-        "top/<site>/count": "live blocks allocated at the site, count",
-        "growth/<site>/size_bytes": (
-            "change of the site's live bytes since the previous sample, bytes"
-        ),
-        "growth/<site>/count": "change of the site's live blocks since the previous sample, count",
-        "window_active": "windowed mode: 1 while a tracing window is open, else 0",
-        "survivors_bytes": "windowed mode, at a window's end: bytes allocated in the window "
-        "and still alive, bytes",
-        "survivors_count": "windowed mode, at a window's end: such blocks, count",
-        "survivors/<site>/size_bytes": "windowed mode: surviving bytes by site, bytes",
-        "survivors/<site>/count": "windowed mode: surviving blocks by site, count",
+        "traced_bytes": Metric("memory traced by tracemalloc now", "bytes"),
+        "filtered_bytes": Metric(
+            "traced memory after the probe's filters (memprobe's own packages, tracemalloc, "
+            "importlib and ``exclude`` left out); what leak diagnosis judges", "bytes"),
+        "peak_bytes": Metric("peak traced memory since the previous sample", "bytes"),
+        "overhead_bytes": Metric("memory tracemalloc itself uses", "bytes"),
+        "blocks_count": Metric("live traced blocks (after filters)", "count"),
+        "top/<site>/size_bytes": Metric("live bytes allocated at the site", "bytes"),
+        "top/<site>/count": Metric("live blocks allocated at the site", "count"),
+        "growth/<site>/size_bytes": Metric(
+            "increase of the site's live bytes since the previous sample", "bytes", "interval"),
+        "growth/<site>/count": Metric(
+            "change of the site's live blocks since the previous sample", "count", "interval"),
+        "window_active": Metric("windowed mode: 1 while a tracing window is open, else 0"),
+        "survivors_bytes": Metric(
+            "windowed mode, at a window's end: bytes allocated in the window and still alive",
+            "bytes"),
+        "survivors_count": Metric("windowed mode, at a window's end: such blocks", "count"),
+        "survivors/<site>/size_bytes": Metric("windowed mode: surviving bytes by site", "bytes"),
+        "survivors/<site>/count": Metric("windowed mode: surviving blocks by site", "count"),
     }
 
     def __init__(
@@ -172,8 +112,8 @@ class TracemallocProbe:
     def _acquire(self) -> None:
         acquire_tracing(self.nframe)
         self._active = True
-        # Released if this probe is collected without stop(): see _release_collected.
-        self._finalizer = weakref.finalize(self, _release_collected)
+        # Released if this probe is collected without stop(): see memprobe._tracing.release_collected.
+        self._finalizer = weakref.finalize(self, release_collected)
 
     def _release(self) -> None:
         self._active = False
@@ -228,13 +168,13 @@ class TracemallocProbe:
         if not self._active:
             self.start()
         if not tracemalloc.is_tracing():
-            _forget_stopped_tracing()
+            forget_stopped_tracing()
             raise ProbeError(
                 "tracemalloc", "tracing was stopped under this probe (tracemalloc.stop() "
                 "elsewhere in the process); its values would all be 0"
             )
         traced, peak = tracemalloc.get_traced_memory()
-        if _started_by_memprobe and hasattr(tracemalloc, "reset_peak"):
+        if started_by_memprobe() and hasattr(tracemalloc, "reset_peak"):
             tracemalloc.reset_peak()
         stats = site_stats(self.group_by, self._filters)
         out: dict[str, Any] = {

@@ -1,1 +1,1 @@
-"""An example memprobe plugin: the ``example`` probe."""
+"""An example memprobe plugin: the ``example`` probe and the ``example_csv`` sink."""

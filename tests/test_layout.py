@@ -1,0 +1,177 @@
+"""The layout of the package: imports point one way, modules stay small, no private reach-ins.
+
+Read from the source with ``ast`` (nothing is imported): every ``import`` counts,
+at module level, inside functions and under ``TYPE_CHECKING``, except
+``hookspecs`` naming ``Prober`` for type hints (as pytest's hookspec names ``Session``).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+SRC = pathlib.Path(__file__).parents[1] / "src"
+PACKAGE = SRC / "memprobe"
+MAX_LINES = 550
+#: The one edge allowed to point up: hookspecs names Prober in type hints only.
+ALLOWED = {("memprobe.hookspecs", "memprobe._prober")}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    rel = path.relative_to(SRC).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules(package: pathlib.Path) -> dict[str, pathlib.Path]:
+    return {_module_name(p): p for p in sorted(package.rglob("*.py"))}
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    if node.level > 1:
+        base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imports_of(module: str, path: pathlib.Path, known: set[str]) -> set[str]:
+    """The memprobe modules ``module`` imports, anywhere in its source."""
+    tree = ast.parse(path.read_text(), str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, path.name == "__init__.py", node)
+            # ``from . import hookspecs`` imports a submodule; ``from .x import y`` imports x
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                       for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != module:
+                out.add(t)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules(PACKAGE)
+    known = set(mods)
+    graph = {m: imports_of(m, p, known) for m, p in mods.items()}
+    # A package's __init__ re-exports its modules: it is at the top, above everything.
+    graph.pop("memprobe", None)
+    for deps in graph.values():
+        deps.discard("memprobe")
+    for a, b in ALLOWED:
+        graph.get(a, set()).discard(b)
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_the_graph_is_read() -> None:
+    graph = _graph()
+    assert "memprobe._options" in graph["memprobe._prober"]
+    assert "memprobe._sample" in graph["memprobe._sinks"]
+
+
+def test_no_import_cycle_among_memprobe_modules() -> None:
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_sinks_and_hookspecs_do_not_import_the_engine() -> None:
+    graph = _graph()
+    for low in ("memprobe._sinks", "memprobe.hookspecs", "memprobe._sample", "memprobe.keys",
+                "memprobe.metrics"):
+        assert "memprobe._prober" not in graph[low], low
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.name)
+def test_no_module_is_over_the_line_limit(path: pathlib.Path) -> None:
+    n = len(path.read_text().splitlines())
+    assert n <= MAX_LINES, f"{path.relative_to(SRC)} has {n} lines (limit {MAX_LINES})"
+
+
+def _private_imports(path: pathlib.Path) -> list[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    bad = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            parts = node.module.split(".")
+            if parts[0] == "memprobe":
+                if any(p.startswith("_") for p in parts[1:]):
+                    bad.append(f"{path.name}:{node.lineno} from {node.module}")
+                bad += [f"{path.name}:{node.lineno} {node.module}.{a.name}"
+                        for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Import):
+            bad += [f"{path.name}:{node.lineno} import {a.name}" for a in node.names
+                    if a.name.startswith("memprobe.") and any(
+                        p.startswith("_") for p in a.name.split(".")[1:])]
+    return bad
+
+
+def test_the_rllib_adapter_imports_no_private_memprobe_names() -> None:
+    bad = [b for p in sorted((SRC / "memprobe_rllib").rglob("*.py")) for b in _private_imports(p)]
+    assert not bad, bad
+
+
+def test_the_cli_imports_no_private_names_of_other_memprobe_modules() -> None:
+    """The CLI is part of the package but a layer on top: it asks the public API."""
+    paths = [PACKAGE / "cli.py", *sorted((PACKAGE / "cli").rglob("*.py"))]
+    bad = []
+    for path in paths:
+        if not path.exists():
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.names:
+                bad += [f"{path.name}:{node.lineno} {a.name}" for a in node.names
+                        if a.name.startswith("_") and a.name != "__future__"]
+    assert not bad, bad
+
+
+def test_private_import_finder_finds_them(tmp_path: pathlib.Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("from memprobe._prober import parse_probes\nfrom memprobe import _errors\n"
+                 "from memprobe import Prober\nimport memprobe._x\n")
+    assert len(_private_imports(f)) == 3
