@@ -12,6 +12,7 @@ from ray.rllib.callbacks.callbacks import RLlibCallback
 
 import memprobe
 from memprobe import ConfigError
+from memprobe import keys as mkeys
 
 from ._leak import LeakState
 from ._options import TRIGGERS, CallbackOptions
@@ -104,8 +105,10 @@ class ProcessProber:
         results that are plain dicts (driver, learners), never missing a key."""
         if not self.last:
             # The first call samples twice, so that probes reporting at their second
-            # sample (a tracing window's end) are in the first iteration's keys too.
+            # sample (a tracing window's end) are in the first iteration's keys too;
+            # the overhead fraction, reported once measured over a second, reads 0 until then.
             self.prober.sample(step=step)
+            self.last[mkeys.make_key(self.prober.prefix, "overhead", "fraction")] = 0.0
         values = self.prober.sample(step=step)
         merged = self.last
         site = self.log.kinds
