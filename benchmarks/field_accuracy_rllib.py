@@ -97,10 +97,9 @@ def _leak_keys(result: dict[str, Any], head: str) -> dict[str, float]:
 
 
 def judge_run(name: str, seed: int, iterations: int, baseline: float) -> dict[str, Any]:
+    import memprobe
     from memprobe_rllib import MemoryProbeCallback
     from memprobe_rllib.demo import read_runs
-
-    import memprobe
 
     env, expect = CASES[name]
     logdir = tempfile.mkdtemp(prefix=f"field-{name}-{seed}-")
@@ -188,10 +187,11 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     for r in rows:
         p = r.get("processes", {})
         er, dr, lr = (p.get(k, {}) for k in ("env_runner 1", "driver", "learner 0"))
+        ok = "yes" if r.get("ok") else "NO: " + r.get("why", "")
         print(f"| {r['case']} | {r['seed']} | {er.get('alarm_at') or '-'} | "
               f"{', '.join(er.get('culprits', [])) or '-'} | {dr.get('alarm_at') or '-'} | "
               f"{lr.get('alarm_at') or '-'} | {er.get('report', '-')} | "
-              f"{r.get('steps_ratio', '-')} | {'yes' if r.get('ok') else 'NO: ' + r.get('why', '')} |")
+              f"{r.get('steps_ratio', '-')} | {ok} |")
 
 
 if __name__ == "__main__":

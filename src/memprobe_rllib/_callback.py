@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
@@ -363,8 +363,3 @@ def train_result_callback(**options: Any) -> _HookFunction:
     """A function for ``config.callbacks(on_train_result=...)``: driver (and Learner) memory."""
     return _HookFunction(MemoryProbeCallback.configure(**options), "on_train_result")
 
-
-def check_options(options: Mapping[str, Any]) -> CallbackOptions:
-    """:class:`CallbackOptions` from a mapping, checked (a ConfigError naming the bad option)."""
-    CallbackOptions.check_names(options, "MemoryProbeCallback.configure")
-    return CallbackOptions(**options)

@@ -53,7 +53,8 @@ def _human(value: float, unit: str) -> str:
     return f"{value:+.0f} B"
 
 
-def survivor_sites(history: Sequence[Any], prefix: str, windows: int = 5) -> list[tuple[str, float]]:
+def survivor_sites(history: Sequence[Any], prefix: str,
+                   windows: int = 5) -> list[tuple[str, float]]:
     """Sites whose blocks survive most of the last ``windows`` tracing windows.
 
     :returns: ``[(site, median surviving bytes per window)]``, largest first.

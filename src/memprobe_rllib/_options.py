@@ -124,7 +124,8 @@ class CallbackOptions:
     def __post_init__(self) -> None:
         if self.trigger not in TRIGGERS:
             raise ConfigError("trigger", f"must be one of {TRIGGERS}, got {show(self.trigger)}")
-        for flag in ("diagnose", "site_keys", "env_runners", "driver", "learners", "load_entrypoints"):
+        for flag in ("diagnose", "site_keys", "env_runners", "driver", "learners",
+                     "load_entrypoints"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(flag, f"must be a bool, got {show(getattr(self, flag))}")
         if not (self.env_runners or self.driver or self.learners):

@@ -125,7 +125,7 @@ class ResultLog:
         self.pending = False
 
     def flush_custom_metrics(self, custom_metrics: dict[str, Any]) -> None:
-        """Old API stack: the values into ``episode.custom_metrics`` (RLlib adds _mean/_min/_max)."""
+        """Old API stack: the values into ``episode.custom_metrics`` (RLlib adds _mean, _max...)."""
         for key, cell in self.cells.items():
             if cell[_N]:
                 kind = self.kinds(key)[0]

@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
                 where = [k.split("/")[3:-1] for k in er if k.startswith("memprobe/leak/culprit/")]
                 alarm = (f"EnvRunner 1 {er['memprobe/leak/rate_per_hour'] / MIB:+.0f} MiB/hour"
                          + (f" at {'/'.join(where[0])}" if where else ""))
-            print(f"{it:>2} {time.perf_counter() - t1:>5.1f}s {er.get('episode_return_mean', 0):>7.1f}"
+            seconds = time.perf_counter() - t1
+            print(f"{it:>2} {seconds:>5.1f}s {er.get('episode_return_mean', 0):>7.1f}"
                   f" | {r['memprobe/driver/process/rss_bytes'] / MIB:>6.0f} MiB"
                   f" | {er['memprobe/process/rss_bytes'] / MIB:>9.0f} MiB | {alarm}")
     finally:
