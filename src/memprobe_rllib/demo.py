@@ -25,6 +25,8 @@ from typing import Any
 
 import memprobe
 
+from ._options import CallbackOptions
+
 MIB = 2**20
 PLAIN = {
     "leak": "LEAKING",
@@ -76,14 +78,17 @@ def _rss_key(samples: Sequence[memprobe.Sample]) -> str | None:
 
 
 def summary(runs: dict[str, list[memprobe.Sample]]) -> list[str]:
-    """One line per process: rss at the start and the end, growth, verdict, culprit."""
+    """One line per process: rss at the start and the end, growth, verdict, culprit.
+
+    The verdict is the live alarm's: the same options (``CallbackOptions.alarm_options``).
+    """
     lines = [f"{'process':<14}{'start':>10}{'end':>10}{'growth':>10}  verdict"]
     for name, samples in runs.items():
         key = _rss_key(samples)
         if key is None:
             continue
         start, end = samples[0].values[key] / MIB, samples[-1].values[key] / MIB
-        report = memprobe.analyze_samples(samples)
+        report = memprobe.analyze_samples(samples, **CallbackOptions().alarm_options)
         verdict = report.verdicts.get(key)
         status = verdict.status if verdict is not None else "insufficient"
         words = PLAIN.get(status, status)
