@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level=logging.ERROR)
+    _quiet_ray()  # again: ray.init configures Ray's loggers
     config = (
         PPOConfig()
         .environment(LeakyCartPole if args.leak else "CartPole-v1")
