@@ -27,6 +27,7 @@ Each run's row is appended to ``--out`` as it finishes.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import logging
 import os
@@ -96,10 +97,47 @@ def _leak_keys(result: dict[str, Any], head: str) -> dict[str, float]:
     return {k[len(head):]: float(v) for k, v in source.items() if str(k).startswith(head)}
 
 
-def judge_run(name: str, seed: int, iterations: int, baseline: float) -> dict[str, Any]:
+def judge_files(row: dict[str, Any], logdir: str) -> None:
+    """The verdict on each process's JSONL: with ``analyze_samples``' defaults (what
+    ``memprobe report`` prints) and with the live alarm's options."""
     import memprobe
-    from memprobe_rllib import MemoryProbeCallback
+    from memprobe_rllib import CallbackOptions
     from memprobe_rllib.demo import read_runs
+
+    live = CallbackOptions().alarm_options
+    for fname, samples in read_runs(logdir).items():
+        role = fname.split("-")[1]
+        proc = {"env_runner": "env_runner 1", "driver": "driver", "learner": "learner 0"}[role]
+        for column, options in (("report", {}), ("report_live_options", live)):
+            leaks = memprobe.analyze_samples(samples, **options).leaks
+            row["processes"].setdefault(proc, {})[column] = (
+                "leak: " + ", ".join(v.key.split("/", 1)[1] for v in leaks) if leaks
+                else "no leak")
+
+
+def rejudge_ok(row: dict[str, Any]) -> None:
+    """Whether the run meets the goals: ``row["ok"]`` and, if not, ``row["why"]``."""
+    expect = row["expect"]
+    want = expected_culprit(expect)
+    er = row["processes"]["env_runner 1"]
+    if expect in ("healthy", "bounded"):
+        alarms = [p for p, d in row["processes"].items()
+                  if d.get("alarm_at") or d.get("report_live_options", "no leak") != "no leak"]
+        row["ok"] = not alarms
+        row["why"] = "false alarm in " + ", ".join(alarms) if alarms else ""
+    else:
+        named = bool(want) and any(want in c for c in er["culprits"])
+        found = er["alarm_at"] is not None and er["alarm_at"] <= 10
+        others = [p for p in ("driver", "learner 0") if row["processes"][p].get("alarm_at")]
+        row["ok"] = found and named and not others
+        row["why"] = "" if row["ok"] else (
+            ("not found within 10 iterations; " if not found else "")
+            + ("" if named else f"culprit {er['culprits']} lacks {want!r}; ")
+            + (f"false alarm in {others}" if others else ""))
+
+
+def judge_run(name: str, seed: int, iterations: int, baseline: float) -> dict[str, Any]:
+    from memprobe_rllib import MemoryProbeCallback
 
     env, expect = CASES[name]
     logdir = tempfile.mkdtemp(prefix=f"field-{name}-{seed}-")
@@ -117,30 +155,10 @@ def judge_run(name: str, seed: int, iterations: int, baseline: float) -> dict[st
             culprits = [k[len("culprit/"):-len("/rate_per_hour")] for k in keys
                         if k.startswith("culprit/")]
         row["processes"][proc] = {"alarm_at": alarm_at, "culprits": culprits}
-    for fname, samples in read_runs(logdir).items():
-        role = fname.split("-")[1]
-        proc = {"env_runner": "env_runner 1", "driver": "driver", "learner": "learner 0"}[role]
-        report = memprobe.analyze_samples(samples)
-        leaks = report.leaks
-        row["processes"].setdefault(proc, {})["report"] = (
-            "leak: " + ", ".join(v.key.split("/", 1)[1] for v in leaks) if leaks else "no leak")
+    row["logdir"] = logdir
+    judge_files(row, logdir)
     row["steps_ratio"] = round(steps_per_second(results) / baseline, 3) if baseline else None
-    want = expected_culprit(expect)
-    er = row["processes"]["env_runner 1"]
-    if expect in ("healthy", "bounded"):
-        alarms = [p for p, d in row["processes"].items()
-                  if d.get("alarm_at") or d.get("report", "no leak") != "no leak"]
-        row["ok"] = not alarms
-        row["why"] = "false alarm in " + ", ".join(alarms) if alarms else ""
-    else:
-        named = bool(want) and any(want in c for c in er["culprits"])
-        found = er["alarm_at"] is not None and er["alarm_at"] <= 10
-        others = [p for p in ("driver", "learner 0") if row["processes"][p].get("alarm_at")]
-        row["ok"] = found and named and not others
-        row["why"] = "" if row["ok"] else (
-            ("not found within 10 iterations; " if not found else "")
-            + ("" if named else f"culprit {er['culprits']} lacks {want!r}; ")
-            + (f"false alarm in {others}" if others else ""))
+    rejudge_ok(row)
     return row
 
 
@@ -150,7 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--case", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument("--out", default="field_accuracy_rllib.jsonl")
+    parser.add_argument("--rejudge", metavar="ROWS.jsonl",
+                        help="judge the JSONL files of runs already made again, print the table")
     args = parser.parse_args(argv)
+    if args.rejudge:
+        rows = [json.loads(line) for line in open(args.rejudge)]
+        for row in rows:
+            logdir = row.get("logdir") or next(iter(sorted(glob.glob(os.path.join(
+                tempfile.gettempdir(), f"field-{row['case']}-{row['seed']}-*")))), None)
+            if logdir:
+                judge_files(row, logdir)
+                rejudge_ok(row)
+        print_table(rows)
+        return 0
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     logging.getLogger("ray").setLevel(logging.ERROR)
     import ray
@@ -181,16 +211,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     """A Markdown table: one row per run."""
-    print("| case | seed | EnvRunner alarm at | culprit named | driver | learner | "
-          "report (EnvRunner) | steps/s ratio | ok |")
+    print("| case | seed | EnvRunner alarm at | culprit named | driver alarm | learner alarm | "
+          "JSONL verdict, live options (memprobe report defaults): EnvRunner / driver / "
+          "learner | steps/s ratio | ok |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         p = r.get("processes", {})
         er, dr, lr = (p.get(k, {}) for k in ("env_runner 1", "driver", "learner 0"))
         ok = "yes" if r.get("ok") else "NO: " + r.get("why", "")
+        reports = " / ".join(f"{p.get(k, {}).get('report_live_options', '-')} "
+                             f"({p.get(k, {}).get('report', '-')})"
+                             for k in ("env_runner 1", "driver", "learner 0"))
         print(f"| {r['case']} | {r['seed']} | {er.get('alarm_at') or '-'} | "
               f"{', '.join(er.get('culprits', [])) or '-'} | {dr.get('alarm_at') or '-'} | "
-              f"{lr.get('alarm_at') or '-'} | {er.get('report', '-')} | "
+              f"{lr.get('alarm_at') or '-'} | {reports} | "
               f"{r.get('steps_ratio', '-')} | {ok} |")
 
 
