@@ -20,7 +20,10 @@ with the latest verdict:
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import statistics
+import sysconfig
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,6 +80,48 @@ def survivor_sites(history: Sequence[Any], prefix: str,
     return sorted((r for r in ranked if r[1] > 0), key=lambda r: -r[1])
 
 
+@functools.lru_cache(maxsize=512)
+def is_library_site(site: str) -> bool:
+    """Whether a site (``ray/rllib/x.py:12``, ``collections/__init__.py:690``) is in the
+    standard library or an installed package rather than the user's own code."""
+    head = site.split("/", 1)[0].split(":", 1)[0]
+    if head.startswith("<") or head.startswith("frozen"):
+        return True
+    name = head[:-3] if head.endswith(".py") else head
+    try:
+        spec = importlib.util.find_spec(name) if name.isidentifier() else None
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None) or ""
+    if spec is not None and origin in ("built-in", "frozen"):
+        return True
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    return bool(origin) and any(origin.startswith(r) for r in roots)
+
+
+def growing_types(history: Sequence[Any], prefix: str) -> list[str]:
+    """Object types whose live count grew most between the first and the last third
+    of the samples that counted objects, fastest first."""
+    head = mkeys.prefix_path(prefix) + "objects/top/"
+    counted = [s.values for s in history if mkeys.prefix_path(prefix) + "objects/total_count"
+               in s.values]
+    if len(counted) < 3:
+        return []
+    third = max(1, len(counted) // 3)
+
+    def level(part: Sequence[Any]) -> dict[str, float]:
+        out: dict[str, list[float]] = {}
+        for values in part:
+            for key, v in values.items():
+                if key.startswith(head) and key.endswith("/count"):
+                    out.setdefault(key[len(head):-len("/count")], []).append(float(v))
+        return {name: statistics.median(vs) for name, vs in out.items()}
+
+    early, late = level(counted[:third]), level(counted[-third:])
+    grew = sorted(((late[t] - early.get(t, 0.0), t) for t in late if t != "other"), reverse=True)
+    return [t for g, t in grew if g > 0]
+
+
 def culprits_of(verdict: Any, history: Sequence[Any], prefix: str) -> tuple[str, ...]:
     """Where a leaking metric's growth comes from, most likely first.
 
@@ -93,10 +138,15 @@ def culprits_of(verdict: Any, history: Sequence[Any], prefix: str) -> tuple[str,
         return tuple(verdict.culprits[:MAX_CULPRITS])
     if kind == "threads":
         return ("threads",)
+    if metric.startswith("objects/"):
+        return tuple(growing_types(history, prefix)[:MAX_CULPRITS])
     if metric.endswith("_bytes"):
         # Windowed tracing: the verdict cannot see Python's growth across windows;
         # the blocks that survive each window can.
-        sites = survivor_sites(history, prefix)
+        # Library sites survive every window in a healthy EnvRunner too (the episodes
+        # in flight until sample() returns): only the user's own sites are named here.
+        sites = [(site, b) for site, b in survivor_sites(history, prefix)
+                 if not is_library_site(site)]
         per_step = max(float(verdict.slope_per_step), 1.0)
         if sites and sum(b for _, b in sites[:MAX_CULPRITS]) >= _PYTHON_SHARE * per_step:
             return tuple(site for site, _ in sites[:MAX_CULPRITS])

@@ -27,6 +27,10 @@ TRIGGERS = ("episode", "sample")
 #: (``survivors/<site>``); the objects probe counts live objects by type once
 #: per ``DIAGNOSE_PERIOD`` episodes. docs/rllib.md has the cost of each mode.
 DIAGNOSE_PERIOD = 25
+#: ``diagnose=True`` also gives the Probers this overhead budget (fraction of wall
+#: time), unless ``budget=`` is set: a probe whose samples cost more runs less
+#: often (the objects probe walks the whole heap: tenths of a second in an EnvRunner).
+DIAGNOSE_BUDGET = 0.03
 DIAGNOSE_PROBES: Mapping[str, Mapping[str, Any]] = {
     "process": {},
     "gc": {},
@@ -35,11 +39,21 @@ DIAGNOSE_PROBES: Mapping[str, Mapping[str, Any]] = {
 }
 
 
-#: The alarm's verdict options by default: growth below 0.5% of the process's
-#: resident size over the window judged is "growing slightly", not a leak. An
+#: The alarm's verdict options by default. Growth below 0.5% of the process's
+#: resident size over the window judged is "growing slightly", not a leak: an
 #: RLlib process of 300-700 MiB creeps by a few MiB while its allocator,
 #: torch and Ray's buffers warm up; the leaks worth an alarm are larger.
-LEAK_OPTIONS: Mapping[str, Any] = {"min_growth_fraction": 0.005}
+#: The alarm judges only the metrics that get keys of their own (``metrics``), on at
+#: most 40 points (``max_points``), without per-site and per-type verdicts
+#: (``sites``): a check then costs about a millisecond per metric, and the
+#: adapter names the culprit from the history itself (memprobe_rllib._leak).
+LEAK_OPTIONS: Mapping[str, Any] = {
+    "min_growth_fraction": 0.005,
+    "metrics": ("process/rss_bytes", "process/num_fds", "tracemalloc/filtered_bytes",
+                "objects/total_count"),
+    "sites": False,
+    "max_points": 40,
+}
 
 
 def show(value: Any) -> str:
@@ -116,7 +130,7 @@ class CallbackOptions:
     env_runners: bool = True
     driver: bool = True
     learners: bool = True
-    leak_check_every: int | None = 10
+    leak_check_every: int | None = 20
     leak_confirmations: int = 2
     leak_options: Any = None
     time_limit_seconds: float | None = None
@@ -174,6 +188,13 @@ class CallbackOptions:
     def as_dict(self) -> dict[str, Any]:
         """``{option: value}`` for every option."""
         return {name: getattr(self, name) for name in self.names()}
+
+    @property
+    def prober_budget(self) -> float | None:
+        """What the Probers are given as ``budget=``."""
+        if self.budget is None and self.diagnose:
+            return DIAGNOSE_BUDGET
+        return self.budget
 
     @property
     def alarm_options(self) -> dict[str, Any]:
