@@ -79,7 +79,8 @@ class ProcessProber:
                      "leak_options": options.alarm_options}
         self.prober = memprobe.Prober(
             options.probe_spec, every=options.every, interval_seconds=options.interval_seconds,
-            budget=options.prober_budget, history=options.history, max_failures=options.max_failures,
+            budget=options.prober_budget, history=options.history,
+            max_failures=options.max_failures,
             sink=path, prefix=prefix, max_site_keys=options.max_site_keys,
             plugin_manager=_plugin_manager(options.plugins, options.load_entrypoints),
             time_limit_seconds=options.time_limit_seconds, **alarm,

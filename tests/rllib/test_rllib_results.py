@@ -105,3 +105,27 @@ def test_the_leak_keys_are_the_same_before_and_after_an_alarm_except_the_culprit
     assert after["memprobe/leak/process/num_fds/suspect"] == 1
     assert after["memprobe/leak/env_runner_2"] == 1
     assert after["memprobe/leak/process/num_fds/rate_per_hour"] == 3600.0
+
+
+def test_library_sites_are_told_from_the_users():
+    from memprobe_rllib._leak import is_library_site
+
+    for site in ("collections/__init__.py:690", "ray/rllib/utils/spaces/space_utils.py:399",
+                 "numpy/_core/numeric.py:232", "frozen_abc:123"):
+        assert is_library_site(site), site
+    for site in ("my_env.py:26", "benchmarks/rllib_field_envs.py:49"):
+        assert not is_library_site(site), site
+
+
+def test_growing_types_are_named_from_the_history():
+    from memprobe import Sample
+    from memprobe_rllib._leak import growing_types
+
+    history = [Sample(float(i), i, 1, {"memprobe/objects/total_count": 1000 + 10 * i,
+                                       "memprobe/objects/top/dict/count": 500,
+                                       "memprobe/objects/top/my_env.Note/count": 10 * i})
+               for i in range(12)]
+    assert growing_types(history, "memprobe") == ["my_env.Note"]
+    v = __import__("memprobe").Verdict("memprobe/objects/total_count", "leak", 10.0, 9.0, 11.0,
+                                       None, 12, 0)
+    assert culprits_of(v, history, "memprobe") == ("my_env.Note",)
