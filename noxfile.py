@@ -27,8 +27,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def demo(session: nox.Session) -> None:
-    """The main job: PPO on CartPole-v1 with MemoryProbeCallback, printing memory per iteration."""
-    _install(session, "rllib")
+    """The main job: PPO on CartPole-v1 with MemoryProbeCallback; ends with a per-process
+    verdict, a PNG of memory (the plot extra) and the command that opens the report."""
+    _install(session, "rllib,plot")
     session.run("python", "-m", "memprobe_rllib.demo", *session.posargs)
 
 

@@ -80,6 +80,11 @@ def variants() -> dict[str, Configure]:
         # A second runner without a callback: its ratio is the harness's own error (A/A).
         "none_again": lambda c: c,
         "default": lambda c: c.callbacks(MemoryProbeCallback),
+        # All four probes, tracemalloc and objects in windows: the mode to leave on.
+        "diagnose": lambda c: c.callbacks(MemoryProbeCallback.configure(diagnose=True)),
+        # All four probes at every episode end, tracing always on: the cost diagnose avoids.
+        "all_four": lambda c: c.callbacks(MemoryProbeCallback.configure(
+            probes=["process", "gc", "tracemalloc", "objects"])),
     }
 
 
@@ -89,7 +94,7 @@ def measure(names: list[str], pairs: int, steps: int, warmup: int = 3) -> dict[s
 
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     table = variants()
     runners = {"none": make_runner(table["none"])}
     for n in names:

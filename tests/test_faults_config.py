@@ -187,8 +187,14 @@ CALLBACK_CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"plugins": [1]}, "plugins", "got [1]"),
     ({"plugins": ["no_such_module_for_memprobe"]}, "plugins",
      "cannot import plugin module 'no_such_module_for_memprobe'"),
-    ({"leak_every": 0}, "leak_every", "must be None or an int >= 1, got 0"),
-    ({"leak_every": True}, "leak_every", "got True"),
+    ({"leak_check_every": 0}, "leak_check_every", "must be an int >= 1, got 0"),
+    ({"leak_check_every": True}, "leak_check_every", "got True"),
+    ({"leak_every": 5}, "MemoryProbeCallback.configure", "did you mean 'leak_check_every'?"),
+    ({"leak_confirmations": 0}, "leak_confirmations", "must be an int >= 1, got 0"),
+    ({"leak_options": 3}, "leak_options", "must be a mapping, got 3"),
+    ({"diagnose": "yes"}, "diagnose", "must be a bool, got 'yes'"),
+    ({"diagnose": True, "probes": ["gc"]}, "diagnose", "give either diagnose=True or probes="),
+    ({"site_keys": 1}, "site_keys", "must be a bool, got 1"),
     ({"jsonl": 3}, "jsonl", "must be a path or None, got 3"),
     ({"probes": ["proces"]}, "probes", "did you mean 'process'?"),
     ({"probes": 42}, "probes", "must be a list of names or a mapping"),
@@ -225,11 +231,13 @@ def test_callback_configure_accepts_good_options_and_keeps_them() -> None:
     rllib = pytest.importorskip("memprobe_rllib")
     cls = rllib.MemoryProbeCallback.configure(
         probes={"process": {}, "gc": {"every": 2, "time_limit_seconds": 1, "isolate": True}},
-        trigger="sample", budget=0.05, leak_every=10,
+        trigger="sample", budget=0.05, leak_check_every=10,
     )
-    opts = cls.options()
-    assert opts["probes"]["gc"] == {"every": 2, "time_limit_seconds": 1, "isolate": True}
-    assert (opts["trigger"], opts["budget"], opts["leak_every"]) == ("sample", 0.05, 10)
+    opts = cls.options
+    assert isinstance(opts, rllib.CallbackOptions)
+    assert opts.probes["gc"] == {"every": 2, "time_limit_seconds": 1, "isolate": True}
+    assert (opts.trigger, opts.budget, opts.leak_check_every) == ("sample", 0.05, 10)
+    assert rllib.MemoryProbeCallback.options == rllib.CallbackOptions()  # the base is untouched
     # a configured class is configured again from its own options
     with pytest.raises(memprobe.ConfigError, match="did you mean 'budget'"):
         cls.configure(budgte=0.1)
@@ -240,7 +248,10 @@ def test_callback_time_limit_applies_to_every_probe_unless_a_probe_sets_its_own(
     cls = rllib.MemoryProbeCallback.configure(
         probes={"process": {}, "gc": {"time_limit_seconds": 2.5}}, time_limit_seconds=0.5,
     )
-    prober = cls._build_prober("env_runner", 1, sink=False)
+    from memprobe_rllib._callback import ProcessProber
+
+    prober = ProcessProber(cls.options, "env_runner", 1, prefix="memprobe", step_name="",
+                           sink=False).prober
     assert {s.name: s.time_limit for s in prober._probes} == {"process": 0.5, "gc": 2.5}
 
 

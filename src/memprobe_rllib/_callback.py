@@ -5,62 +5,36 @@ from __future__ import annotations
 import importlib
 import os
 import threading
-import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
 
 import memprobe
 from memprobe import ConfigError
-from memprobe._errors import did_you_mean, show
-from memprobe._prober import parse_probes
+from memprobe import keys as mkeys
 
-#: ``trigger=`` values: sample at every episode end, or once per ``EnvRunner.sample()``.
-TRIGGERS = ("episode", "sample")
+from ._leak import LeakState
+from ._options import TRIGGERS, CallbackOptions
+from ._results import KeyKinds, ResultLog, declared, warn
 
-_COUNTER_SUFFIXES = ("collections_count", "collected_count", "uncollectable_count", "_total")
-_INTERVAL_SUFFIXES = ("/collection_seconds",)
+__all__ = [
+    "TRIGGERS",
+    "CallbackOptions",
+    "MemoryProbeCallback",
+    "episode_end_callback",
+    "jsonl_path",
+    "sample_end_callback",
+    "train_result_callback",
+]
 
-
-def kind_of(key: str) -> str:
-    """How a flat key is reduced: ``"counter"``, ``"interval"`` or ``"gauge"``.
-
-    - counter: cumulative in its process and never decreasing (gc collections,
-      ``*_total``, ``errors/*``). Logged as the increase since the last log,
-      with ``reduce="lifetime_sum"``: the result is the total over all
-      EnvRunners since training began (restarted EnvRunners keep adding).
-    - interval: an amount for the time since the previous sample (gc
-      ``collection_seconds``, ``overhead/*_seconds``, ``growth/*``). Summed
-      over the samples, ``reduce="sum"``: the total in this iteration over
-      all EnvRunners.
-    - gauge: a level now (rss, fds, traced bytes, top sites...). Logged with
-      ``reduce="mean"`` (mean over EnvRunners in the iteration); the process-
-      level ``*_bytes`` gauges and ``num_fds`` also get ``<key>_max`` with
-      ``reduce="max"`` (the largest EnvRunner).
-    """
-    if "/errors/" in key or key.endswith(_COUNTER_SUFFIXES):
-        return "counter"
-    if "/growth/" in key or key.endswith(_INTERVAL_SUFFIXES) or (
-        "/overhead/" in key and key.endswith("_seconds")
-    ):
-        return "interval"
-    return "gauge"
-
-
-def wants_max(key: str) -> bool:
-    """Whether a gauge also gets a ``<key>_max`` companion (``reduce="max"``)."""
-    if "/top/" in key or "/overhead/" in key:
-        return False
-    return key.endswith("_bytes") or key.endswith("/num_fds")
-
-
-def _safe_warn(message: str) -> None:
-    # A warnings filter set to "error" (pytest) must not turn our report into a failure.
-    try:
-        warnings.warn(message, memprobe.MemprobeWarning, stacklevel=3)
-    except Exception:
-        pass
+#: What one sample is, per process role and trigger (for the warning and the docs).
+STEP_NAMES = {
+    "episode": "a sample at each episode end",
+    "sample": "a sample per EnvRunner.sample() call",
+    "driver": "a sample per train() iteration",
+    "learner": "a sample per train() iteration",
+}
 
 
 def _plugin_manager(plugins: Iterable[str], load_entrypoints: bool) -> Any:
@@ -85,322 +59,265 @@ def jsonl_path(template: str, role: str, index: int | str) -> str:
     return template.replace("{role}", role).replace("{index}", str(index))
 
 
+class ProcessProber:
+    """One process's Prober with its leak alarm's state and its result log, built together."""
+
+    def __init__(self, options: CallbackOptions, role: str, index: int, *,
+                 prefix: str, step_name: str, sink: bool = True) -> None:
+        tag_index = None if role == "driver" else index
+        self.leak = LeakState(prefix, role, tag_index, step_name)
+        path = None
+        if sink and options.jsonl is not None:
+            tags: dict[str, Any] = {"role": role}
+            if role != "driver":
+                tags[role] = index
+            path = memprobe.JsonlSink(jsonl_path(options.jsonl, role, index), tags=tags)
+        alarm: dict[str, Any] = {}
+        if options.leak_check_every is not None:
+            alarm = {"on_leak": self.leak.on_leak, "leak_check_every": options.leak_check_every,
+                     "leak_confirmations": options.leak_confirmations,
+                     "leak_options": options.alarm_options}
+        self.prober = memprobe.Prober(
+            options.probe_spec, every=options.every, interval_seconds=options.interval_seconds,
+            budget=options.prober_budget, history=options.history,
+            max_failures=options.max_failures,
+            sink=path, prefix=prefix, max_site_keys=options.max_site_keys,
+            plugin_manager=_plugin_manager(options.plugins, options.load_entrypoints),
+            time_limit_seconds=options.time_limit_seconds, **alarm,
+        )
+        self.leak.prober = self.prober
+        self.alarm_on = bool(alarm)
+        self.log = ResultLog(KeyKinds(lambda key: declared(self.prober, key), prefix),
+                             site_keys=options.site_keys)
+        self.last: dict[str, Any] = {}
+
+    def start(self) -> ProcessProber:
+        self.prober.start()
+        return self
+
+    def leak_values(self) -> dict[str, float]:
+        """The leak keys (empty when the alarm is off)."""
+        if not self.alarm_on:
+            return {}
+        return self.leak.values(self.log.cells if self.log.cells else self.last)
+
+    def sample_all(self, step: Any) -> dict[str, Any]:
+        """One sample with every key seen so far (latest values) and the leak keys: for
+        results that are plain dicts (driver, learners), never missing a key."""
+        if not self.last:
+            # The first call samples twice, so that probes reporting at their second
+            # sample (a tracing window's end) are in the first iteration's keys too;
+            # the overhead fraction, reported once measured over a second, reads 0 until then.
+            self.prober.sample(step=step)
+            self.last[mkeys.make_key(self.prober.prefix, "overhead", "fraction")] = 0.0
+        values = self.prober.sample(step=step)
+        merged = self.last
+        site = self.log.kinds
+        keep_sites = self.log.site_keys
+        for k, v in values.items():
+            if keep_sites or not site(k)[2]:
+                merged[k] = v
+        merged.update(self.leak_values())
+        return dict(merged)
+
+
 class MemoryProbeCallback(RLlibCallback):
     """An RLlib callback that samples memprobe probes in every EnvRunner and the driver.
 
     ``config.callbacks(MemoryProbeCallback)`` runs the cheap default probes
-    (process and gc); :meth:`configure` returns a subclass with other options.
+    (process and gc) with the leak alarm on; :meth:`configure` returns a
+    subclass with other options (:class:`CallbackOptions`), e.g.
+    ``configure(diagnose=True)`` to name the culprit of a leak at a small cost.
     Works on the new API stack (metrics through ``metrics_logger``, landing in
-    ``result["env_runners"]``) and on the old one (``episode.custom_metrics``,
-    landing in ``result["env_runners"]["custom_metrics"]`` as ``_mean/_min/_max``).
+    ``result["env_runners"]``) and on the old one (``episode.custom_metrics``).
     Each process builds its own :class:`memprobe.Prober` at its first callback;
     nothing is started at import or construction.
+
+    :param flush_each_call: log the values at every hook call instead of once
+        per ``sample()`` (for the plain functions of :func:`episode_end_callback`).
     """
 
-    # Options: plain class attributes, so configured subclasses pickle (cloudpickle) cleanly.
-    probes: ClassVar[Any] = None
-    every: ClassVar[int] = 1
-    interval_seconds: ClassVar[float] = 0.0
-    budget: ClassVar[float | None] = None
-    history: ClassVar[int] = 100
-    max_failures: ClassVar[int] = 3
-    max_site_keys: ClassVar[int] = 100
-    load_entrypoints: ClassVar[bool] = True
-    plugins: ClassVar[tuple[str, ...]] = ()
-    jsonl: ClassVar[str | None] = None
-    trigger: ClassVar[str] = "episode"
-    env_runners: ClassVar[bool] = True
-    driver: ClassVar[bool] = True
-    learners: ClassVar[bool] = True
-    leak_every: ClassVar[int | None] = None
-    time_limit_seconds: ClassVar[float | None] = None
+    options: ClassVar[CallbackOptions] = CallbackOptions()
 
-    _OPTIONS: ClassVar[tuple[str, ...]] = (
-        "probes", "every", "interval_seconds", "budget", "history", "max_failures",
-        "max_site_keys", "load_entrypoints", "plugins", "jsonl", "trigger",
-        "env_runners", "driver", "learners", "leak_every", "time_limit_seconds",
-    )
-
-    def __init__(self) -> None:
+    def __init__(self, *, flush_each_call: bool = False) -> None:
         super().__init__()
-        self._prober: Any = None
-        self._driver_prober: Any = None
+        self._flush_each_call = flush_each_call
+        self._env: ProcessProber | None = None
+        self._driver: ProcessProber | None = None
         self._failed_build = False
-        self._defer = True  # new stack, class use: log once per sample() (cheaper)
         self._steps = 0
-        self._pending: dict[str, list[float]] = {}  # key -> [last, max, sum]
-        self._logged_counters: dict[str, float] = {}
         self._internal_errors = 0
-        self._sample_calls = 0
+        self._driver_step: Any = None
 
     # -- configuration ---------------------------------------------------------------
     @classmethod
-    def options(cls) -> dict[str, Any]:
-        """This class's options, as a dict."""
-        return {name: getattr(cls, name) for name in cls._OPTIONS}
-
-    @classmethod
     def configure(cls, **options: Any) -> type[MemoryProbeCallback]:
-        """A subclass with these options, validated now (in the driver).
+        """A subclass with these options (:class:`CallbackOptions`), checked now, in the driver.
 
-        :param probes: as :class:`memprobe.Prober` (names or ``{name: options}``,
-            each with optional ``every`` / ``interval_seconds``).
-        :param every: sample at most once per this many triggers (episodes or sample() calls).
-        :param interval_seconds: and at most once per this many seconds.
-        :param budget: fraction of wall time the probes may take.
-        :param history: samples each process keeps.
-        :param max_failures: a probe failing this many times in a row is disabled.
-        :param max_site_keys: distinct allocation-site / type keys per process.
-        :param load_entrypoints: load third-party probes from entry points.
-        :param plugins: importable module names registered as memprobe plugins in
-            every process (for probes not installed through an entry point).
-        :param jsonl: also write JSONL per process: a directory, or a path
-            ending in ``.jsonl`` with ``{role}``, ``{index}``, ``{pid}``.
-        :param trigger: ``"episode"`` (default; a ``sample()`` call in which no
-            episode ended samples once at its end, so that every iteration has
-            the keys) or ``"sample"`` (once per ``EnvRunner.sample()`` call,
-            cheaper with short episodes).
-        :param env_runners: probe in the EnvRunners.
-        :param driver: probe the Algorithm's process in ``on_train_result``.
-        :param learners: probe remote Learner actors (``num_learners > 0``).
-        :param leak_every: every this many ``sample()`` calls, judge each
-            EnvRunner's history with :func:`memprobe.leaks.analyze_samples` and log
-            ``memprobe/leak/<metric>/rate_per_step`` and ``.../suspect`` (0/1).
-        :param time_limit_seconds: every probe's time limit, as
-            :class:`memprobe.Prober`'s: a probe whose ``sample()`` takes longer has
-            its values dropped and is counted in ``memprobe/timeouts/<probe>``
-            (a probe's own ``time_limit_seconds`` in ``probes`` wins).
         :raises memprobe.ConfigError: naming the bad option.
         """
-        unknown = sorted(set(options) - set(cls._OPTIONS))
-        if unknown:
-            hints = []
-            for u in unknown:
-                hint = did_you_mean(u, cls._OPTIONS)
-                hints.append(f"{u!r} ({hint})" if hint else repr(u))
-            raise ConfigError(
-                "MemoryProbeCallback.configure",
-                f"unknown option {', '.join(hints)}; options are {', '.join(cls._OPTIONS)}",
-            )
-        merged = {**cls.options(), **options}
-        if merged["trigger"] not in TRIGGERS:
-            raise ConfigError("trigger", f"must be one of {TRIGGERS}, got {merged['trigger']!r}")
-        for flag in ("env_runners", "driver", "learners", "load_entrypoints"):
-            if not isinstance(merged[flag], bool):
-                raise ConfigError(flag, f"must be a bool, got {merged[flag]!r}")
-        if not (merged["env_runners"] or merged["driver"] or merged["learners"]):
-            raise ConfigError("env_runners", "env_runners, driver and learners are all False: "
-                              "nothing would be probed")
-        plugins = merged["plugins"]
-        if not isinstance(plugins, (list, tuple)) or not all(isinstance(p, str) for p in plugins):
-            raise ConfigError("plugins", f"must be a list of module names, got {show(plugins)}")
-        merged["plugins"] = tuple(plugins)
-        le = merged["leak_every"]
-        if le is not None and (not isinstance(le, int) or isinstance(le, bool) or le < 1):
-            raise ConfigError("leak_every", f"must be None or an int >= 1, got {show(le)}")
-        jsonl = merged["jsonl"]
-        if jsonl is not None:
-            if not isinstance(jsonl, (str, os.PathLike)):
-                raise ConfigError("jsonl", f"must be a path or None, got {show(jsonl)}")
-            merged["jsonl"] = os.path.abspath(os.fspath(jsonl))
-        probes = merged["probes"]
-        if probes is not None and not isinstance(probes, str):
-            probes = parse_probes(probes)  # a ConfigError naming the bad part
-        merged["probes"] = probes
-        # Validate by building (never starting) a Prober, then drop it.
-        attrs = dict(merged)
-        sub = type(cls.__name__, (cls,), {**attrs, "__module__": cls.__module__,
+        merged = cls.options.replace(**options)
+        sub = type(cls.__name__, (cls,), {"options": merged, "__module__": cls.__module__,
                                           "__qualname__": f"{cls.__qualname__}[configured]"})
-        sub._build_prober("driver", 0, sink=False)
+        # Check the probes and plugins by building (never starting) a Prober.
+        ProcessProber(merged, "driver", 0, prefix="memprobe/driver", step_name="", sink=False)
         return sub
-
-    @classmethod
-    def _build_prober(cls, role: str, index: int | str, *, sink: bool = True,
-                      prefix: str = "memprobe") -> memprobe.Prober:
-        pm = _plugin_manager(cls.plugins, cls.load_entrypoints)
-        path = None
-        if sink and cls.jsonl is not None:
-            path = memprobe.JsonlSink(
-                jsonl_path(cls.jsonl, role, index), tags={"role": role, "env_runner": index}
-            )
-        return memprobe.Prober(
-            cls.probes, every=cls.every, interval_seconds=cls.interval_seconds,
-            budget=cls.budget, history=cls.history, max_failures=cls.max_failures,
-            sink=path, tags=None, prefix=prefix, max_site_keys=cls.max_site_keys,
-            plugin_manager=pm, time_limit_seconds=cls.time_limit_seconds,
-        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_prober=None, _driver_prober=None)
+        state.update(_env=None, _driver=None)
         return state
 
     # -- per-process Prober -----------------------------------------------------------
     @property
     def prober(self) -> memprobe.Prober | None:
         """This process's EnvRunner Prober (None before the first callback)."""
-        return self._prober
+        return self._env.prober if self._env is not None else None
 
-    def _get_prober(self, env_runner: Any) -> memprobe.Prober | None:
-        if self._prober is None and not self._failed_build:
+    @property
+    def driver_prober(self) -> memprobe.Prober | None:
+        """The driver's Prober (None before the first ``on_train_result``)."""
+        return self._driver.prober if self._driver is not None else None
+
+    def _get_env(self, env_runner: Any) -> ProcessProber | None:
+        if self._env is None and not self._failed_build:
             index = getattr(env_runner, "worker_index", 0) or 0
+            opts = self.options
             try:
-                self._prober = self._build_prober("env_runner", index).start()
+                self._env = ProcessProber(opts, "env_runner", index, prefix="memprobe",
+                                         step_name=STEP_NAMES[opts.trigger]).start()
             except Exception as exc:
                 self._failed_build = True
                 self._internal_failure(exc)
-        return self._prober
+        return self._env
 
     def _internal_failure(self, exc: BaseException) -> None:
         self._internal_errors += 1
         if self._internal_errors == 1:
-            _safe_warn(f"memprobe_rllib: the callback failed ({type(exc).__name__}: {exc}); "
-                       "counted in memprobe/errors/memprobe_rllib; training goes on")
+            warn(f"memprobe_rllib: the callback failed ({type(exc).__name__}: {exc}); "
+                 "counted in memprobe/errors/memprobe_rllib; training goes on")
 
-    def _sample(self, env_runner: Any) -> dict[str, Any]:
-        prober = self._get_prober(env_runner)
-        values: dict[str, Any] = {}
-        if prober is not None:
+    def _sample(self, env_runner: Any) -> None:
+        env = self._get_env(env_runner)
+        if env is not None:
             self._steps += 1
             try:
-                values = prober.sample(step=self._steps)
+                env.log.add(env.prober.sample(step=self._steps))
             except Exception as exc:  # a warnings filter turned a probe warning into an error
                 self._internal_failure(exc)
-                values = {}
-        if self._internal_errors:
-            values["memprobe/errors/memprobe_rllib"] = self._internal_errors
-        return values
 
-    def _add_pending(self, values: Mapping[str, Any]) -> None:
-        pend = self._pending
-        for k, v in values.items():
-            slot = pend.get(k)
-            if slot is None:
-                pend[k] = [v, v, v]
-            else:
-                slot[0] = v
-                if v > slot[1]:
-                    slot[1] = v
-                slot[2] += v
-
-    def _flush(self, metrics_logger: Any) -> None:
-        if not self._pending:
+    def _flush(self, metrics_logger: Any = None, custom_metrics: Any = None) -> None:
+        env = self._env
+        if env is None:
             return
-        pend, self._pending = self._pending, {}
-        logged = self._logged_counters
-        for key, (last, biggest, total) in pend.items():
-            kind = kind_of(key)
-            if kind == "gauge":
-                metrics_logger.log_value(key, last, reduce="mean")
-                if wants_max(key):
-                    metrics_logger.log_value(key + "_max", biggest, reduce="max")
-            elif kind == "counter":
-                metrics_logger.log_value(key, last - logged.get(key, 0), reduce="lifetime_sum")
-                logged[key] = last
-            else:
-                metrics_logger.log_value(key, total, reduce="sum")
+        log = env.log
+        leak = env.leak_values()
+        if leak:
+            log.add(leak)
+        if self._internal_errors:
+            log.add({"memprobe/errors/memprobe_rllib": self._internal_errors})
+        if custom_metrics is not None:
+            log.flush_custom_metrics(custom_metrics)
+        else:
+            log.flush(metrics_logger)
 
     # -- RLlib hooks ---------------------------------------------------------------------
     def on_episode_end(self, *, episode: Any = None, env_runner: Any = None,
                        metrics_logger: Any = None, worker: Any = None, **kwargs: Any) -> None:
-        if not self.env_runners:
+        if not self.options.env_runners:
             return
         try:
-            old_stack = metrics_logger is None and hasattr(episode, "custom_metrics")
-            if self.trigger == "episode":
-                self._add_pending(self._sample(env_runner if env_runner is not None else worker))
-            if old_stack:
-                pend, self._pending = self._pending, {}
-                for key, (last, _biggest, total) in pend.items():
-                    episode.custom_metrics[key] = total if kind_of(key) == "interval" else last
-            elif metrics_logger is not None and not self._defer:
+            if self.options.trigger == "episode":
+                self._sample(env_runner if env_runner is not None else worker)
+            if metrics_logger is None and hasattr(episode, "custom_metrics"):
+                self._flush(custom_metrics=episode.custom_metrics)  # old API stack
+            elif metrics_logger is not None and self._flush_each_call:
                 self._flush(metrics_logger)
         except Exception as exc:
             self._internal_failure(exc)
 
     def on_sample_end(self, *, env_runner: Any = None, metrics_logger: Any = None,
                       worker: Any = None, **kwargs: Any) -> None:
-        if not self.env_runners:
+        if not self.options.env_runners:
             return
         try:
+            env = self._env
             # trigger="episode" and no episode ended in this sample() call (episodes longer
-            # than the batch): sample now, or the iteration's results would lack the keys.
-            if self.trigger == "sample" or (metrics_logger is not None and not self._pending):
-                self._add_pending(self._sample(env_runner if env_runner is not None else worker))
-            if self.leak_every is not None and self._prober is not None:
-                self._sample_calls += 1
-                if self._sample_calls % self.leak_every == 0:
-                    self._add_pending(self._leak_metrics())
+            # than the batch): sample now, so that every iteration has fresh values.
+            if self.options.trigger == "sample" or env is None or not env.log.pending:
+                self._sample(env_runner if env_runner is not None else worker)
             if metrics_logger is not None:
                 self._flush(metrics_logger)
         except Exception as exc:
             self._internal_failure(exc)
 
-    def _leak_metrics(self) -> dict[str, float]:
-        from memprobe import leaks
-
-        report = leaks.analyze_samples(list(self._prober.history), sites=True)
-        out: dict[str, float] = {}
-        for v in report.verdicts.values():
-            if v.status == "insufficient" or "/top/" in v.key:
-                continue
-            short = v.key[len("memprobe/"):] if v.key.startswith("memprobe/") else v.key
-            out[f"memprobe/leak/{short}/rate_per_step"] = float(v.slope_per_step)
-            out[f"memprobe/leak/{short}/suspect"] = 1.0 if v.leak else 0.0
-        out["memprobe/leak/suspect"] = 1.0 if report.leak else 0.0
-        return out
-
     def on_train_result(self, *, algorithm: Any = None, result: dict | None = None,
                         **kwargs: Any) -> None:
         if result is None:
             return
+        self._driver_step = result.get("training_iteration")
         try:
-            if self.driver:
-                if self._driver_prober is None:
-                    self._driver_prober = self._build_prober(
-                        "driver", 0, prefix="memprobe/driver").start()
-                result.update(self._driver_prober.sample(step=result.get("training_iteration")))
-            if self.learners and algorithm is not None:
+            if self.options.driver:
+                if self._driver is None:
+                    self._driver = ProcessProber(self.options, "driver", 0,
+                                                prefix="memprobe/driver",
+                                                step_name=STEP_NAMES["driver"]).start()
+                result.update(self._driver.sample_all(self._driver_step))
+            if self.options.learners and algorithm is not None:
                 result.update(self._sample_learners(algorithm))
         except Exception as exc:
             self._internal_failure(exc)
+        if self._internal_errors:
             result["memprobe/driver/errors/memprobe_rllib"] = self._internal_errors
 
     def _sample_learners(self, algorithm: Any) -> dict[str, Any]:
         group = getattr(algorithm, "learner_group", None)
         if group is None or getattr(group, "is_local", True):
             return {}  # the local Learner runs in the driver: covered by memprobe/driver/
-        options = type(self).options()
-        results = group.foreach_learner(_learner_sample, options=options, cls=type(self))
+        step = self._driver_step
+        results = group.foreach_learner(_learner_sample, options=self.options, step=step)
         out: dict[str, Any] = {}
-        for i, r in enumerate(results):
-            ok = getattr(r, "ok", True)
-            if not ok:
+        for r in results:
+            if not getattr(r, "ok", True):
                 continue
-            values = r.get() if hasattr(r, "get") else r
+            index, values = r.get() if hasattr(r, "get") else r
+            head = f"memprobe/learner_{index}/"
             for k, v in values.items():
-                out[f"memprobe/learner_{i}/" + k[len("memprobe/learner/"):]] = v
+                out[head + k[len("memprobe/learner/"):]] = v
         return out
 
 
-# Learner actors: one Prober per process per option set, kept between iterations.
-_LEARNER_PROBERS: dict[str, memprobe.Prober] = {}
+# Learner actors: one ProcessProber per process per option set, kept between iterations.
+_LEARNERS: dict[str, ProcessProber] = {}
 _LEARNER_LOCK = threading.Lock()
 
 
-def _learner_sample(learner: Any, options: dict[str, Any],
-                    cls: type[MemoryProbeCallback]) -> dict[str, Any]:
-    key = repr(sorted(options.items(), key=lambda kv: kv[0]))
-    with _LEARNER_LOCK:
-        prober = _LEARNER_PROBERS.get(key)
-        if prober is None:
-            prober = cls._build_prober("learner", os.getpid(), prefix="memprobe/learner").start()
-            _LEARNER_PROBERS[key] = prober
+def _learner_index(learner: Any) -> int:
+    """The Learner's rank among the Learners (0 when it runs alone)."""
     try:
-        return dict(prober.sample())
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:
+        pass
+    return 0
+
+
+def _learner_sample(learner: Any, options: CallbackOptions,
+                    step: Any = None) -> tuple[int, dict[str, Any]]:
+    index = _learner_index(learner)
+    try:
+        with _LEARNER_LOCK:
+            probe = _LEARNERS.get(repr(options))
+            if probe is None:
+                probe = ProcessProber(options, "learner", index, prefix="memprobe/learner",
+                                     step_name=STEP_NAMES["learner"]).start()
+                _LEARNERS[repr(options)] = probe
+        return index, probe.sample_all(step)
     except Exception as exc:
-        _safe_warn(f"memprobe_rllib: sampling in a Learner failed: {exc!r}")
-        return {"memprobe/learner/errors/memprobe_rllib": 1}
+        warn(f"memprobe_rllib: sampling in a Learner failed: {exc!r}")
+        return index, {"memprobe/learner/errors/memprobe_rllib": 1}
 
 
 class _HookFunction:
@@ -418,21 +335,20 @@ class _HookFunction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         if self._instance is None:
-            self._instance = self.cls()
-            self._instance._defer = False
+            self._instance = self.cls(flush_each_call=True)
         getattr(self._instance, self.hook)(*args, **kwargs)
 
     def __getstate__(self) -> dict[str, Any]:
         return {"cls": self.cls, "hook": self.hook, "_instance": None}
 
     def __repr__(self) -> str:
-        return f"memprobe_rllib.{self.hook}_callback({self.cls.options()!r})"
+        return f"memprobe_rllib.{self.hook}_callback({self.cls.options!r})"
 
 
 def episode_end_callback(**options: Any) -> _HookFunction:
     """A function for ``config.callbacks(on_episode_end=...)``: samples and logs per episode.
 
-    Takes the options of :meth:`MemoryProbeCallback.configure` (validated now).
+    Takes the options of :meth:`MemoryProbeCallback.configure` (checked now).
     """
     return _HookFunction(MemoryProbeCallback.configure(**options), "on_episode_end")
 
@@ -447,3 +363,4 @@ def sample_end_callback(**options: Any) -> _HookFunction:
 def train_result_callback(**options: Any) -> _HookFunction:
     """A function for ``config.callbacks(on_train_result=...)``: driver (and Learner) memory."""
     return _HookFunction(MemoryProbeCallback.configure(**options), "on_train_result")
+

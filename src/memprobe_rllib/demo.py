@@ -1,85 +1,203 @@
-"""The main job: PPO on CartPole-v1 with MemoryProbeCallback, memory per iteration.
+"""The main job: PPO on CartPole-v1 with MemoryProbeCallback, ending with an answer.
 
-Run ``python -m memprobe_rllib.demo [--iterations N] [--logdir DIR]``: new API
-stack, one remote EnvRunner; prints a table of the driver's and the
-EnvRunners' memory after each iteration, and where the JSONL logs went.
+Run ``python -m memprobe_rllib.demo [--iterations N] [--logdir DIR] [--leak]``:
+new API stack, one remote EnvRunner, ``MemoryProbeCallback.configure(diagnose=True)``.
+Prints one line per iteration, then, per process (the driver, each EnvRunner),
+its memory at the start and the end, the growth, the verdict in plain words and
+the culprit; draws memory over the iterations into a PNG; and prints the
+command that opens the full report. ``--leak`` runs a CartPole whose every step
+keeps 4 KiB, to show what a leak looks like.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
+import json
+import logging
 import os
+import sys
 import tempfile
 import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import memprobe
+
+from ._options import CallbackOptions
 
 MIB = 2**20
-ROWS = [
-    ("rss MiB", "process/rss_bytes", MIB),
-    ("vms MiB", "process/vms_bytes", MIB),
-    ("fds", "process/num_fds", 1),
-    ("threads", "process/num_threads", 1),
-    ("gc gen2 collections", "gc/gen2/collections_count", 1),
-    ("gc seconds (iter)", "gc/collection_seconds", 1),
-]
+PLAIN = {
+    "leak": "LEAKING",
+    "slight": "growing slightly (not a leak)",
+    "levelled": "grew, then levelled off (warm-up, not a leak)",
+    "ok": "flat",
+    "insufficient": "not enough samples for a verdict",
+}
 
 
-def _fmt(v: object, scale: float) -> str:
-    if v is None:
-        return "-"
-    x = float(v) / scale  # type: ignore[arg-type]
-    if scale == 1 and x != int(x):
-        return f"{x:.4f}"
-    return f"{x:.1f}" if scale != 1 or x != int(x) else f"{int(x)}"
+class LeakyCartPole:
+    """Built lazily (gymnasium is imported with Ray): CartPole keeping 4 KiB per step."""
+
+    def __new__(cls, config: Any = None) -> Any:
+        from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+        class _Leaky(CartPoleEnv):  # type: ignore[misc]
+            kept: list[bytearray] = []
+
+            def step(self, action: Any) -> Any:
+                self.kept.append(bytearray(4096))  # the leak the demo finds
+                return super().step(action)
+
+        return _Leaky()
+
+
+def read_runs(logdir: str) -> dict[str, list[memprobe.Sample]]:
+    """``{file name: samples}`` for every JSONL file the callback wrote."""
+    runs: dict[str, list[memprobe.Sample]] = {}
+    for path in sorted(glob.glob(os.path.join(logdir, "memprobe-*.jsonl"))):
+        samples = []
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                rec = json.loads(line)
+                samples.append(memprobe.Sample(rec["time"], rec.get("step"), rec["pid"],
+                                               rec["values"]))
+        if samples:
+            runs[os.path.basename(path)] = samples
+    return runs
+
+
+def _who(name: str) -> str:
+    role, index = name.split("-")[1:3]
+    return "driver" if role == "driver" else f"{role.replace('_', ' ')} {index}"
+
+
+def _rss_key(samples: Sequence[memprobe.Sample]) -> str | None:
+    return next((k for k in samples[0].values if k.endswith("/process/rss_bytes")), None)
+
+
+def summary(runs: dict[str, list[memprobe.Sample]]) -> list[str]:
+    """One line per process: rss at the start and the end, growth, verdict, culprit.
+
+    The verdict is the live alarm's: the same options (``CallbackOptions.alarm_options``).
+    """
+    lines = [f"{'process':<14}{'start':>10}{'end':>10}{'growth':>10}  verdict"]
+    for name, samples in runs.items():
+        key = _rss_key(samples)
+        if key is None:
+            continue
+        start, end = samples[0].values[key] / MIB, samples[-1].values[key] / MIB
+        report = memprobe.analyze_samples(samples, **CallbackOptions().alarm_options)
+        verdict = report.verdicts.get(key)
+        status = verdict.status if verdict is not None else "insufficient"
+        words = PLAIN.get(status, status)
+        if verdict is not None and verdict.leak and verdict.rate_per_hour is not None:
+            words += f" at {verdict.rate_per_hour / MIB:+.0f} MiB/hour"
+        leaks = report.leaks
+        culprits = [c for v in leaks for c in v.culprits][:3]
+        if leaks and not culprits:
+            culprits = [v.note or "native" for v in leaks][:1]
+        lines.append(f"{_who(name):<14}{start:>7.1f} MiB{end:>7.1f} MiB"
+                     f"{end - start:>+7.1f} MiB  {words}"
+                     + (f"; culprit: {', '.join(culprits)}" if culprits else ""))
+    return lines
+
+
+def plot(runs: dict[str, list[memprobe.Sample]], path: str) -> str:
+    """Draw rss over time, one line per process; returns what happened, in words."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return 'no plot: matplotlib is not installed (pip install "memprobe[plot]")'
+    t0 = min(s[0].time_seconds for s in runs.values())
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for name, samples in runs.items():
+        key = _rss_key(samples)
+        if key is not None:
+            ax.plot([s.time_seconds - t0 for s in samples],
+                    [s.values[key] / MIB for s in samples], label=_who(name))
+    ax.set_xlabel("seconds since the first sample")
+    ax.set_ylabel("rss (MiB)")
+    ax.set_title("PPO CartPole-v1: memory of each process")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return f"memory over the iterations: {path}"
+
+
+def _quiet_ray() -> None:
+    # Ray's C++ core logs at level E lines that are not errors of this job (e.g. "actor
+    # constructor arguments in the object store and max_restarts > 0"); RLlib logs
+    # deprecation notices. Neither concerns memory: keep only fatal lines.
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    for name in ("ray", "ray.rllib", "ray.tune"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m memprobe_rllib.demo", description=__doc__)
-    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--logdir", default=None, help="JSONL directory (default: a temp dir)")
+    parser.add_argument("--leak", action="store_true", help="a CartPole that leaks 4 KiB a step")
     args = parser.parse_args(argv)
     logdir = os.path.abspath(args.logdir or tempfile.mkdtemp(prefix="memprobe-demo-"))
+    os.makedirs(logdir, exist_ok=True)
+    _quiet_ray()
 
     import ray
     from ray.rllib.algorithms.ppo import PPOConfig
 
     from memprobe_rllib import MemoryProbeCallback
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.ERROR)
+    _quiet_ray()  # again: ray.init configures Ray's loggers
     config = (
         PPOConfig()
-        .environment("CartPole-v1")
+        .environment(LeakyCartPole if args.leak else "CartPole-v1")
         .env_runners(num_env_runners=1)
         .training(train_batch_size=1000, minibatch_size=128, num_epochs=2)
-        .callbacks(MemoryProbeCallback.configure(jsonl=logdir))
+        .callbacks(MemoryProbeCallback.configure(diagnose=True, jsonl=logdir))
         .debugging(log_level="ERROR")
     )
     t0 = time.perf_counter()
     algo = config.build_algo()
-    print(f"built PPO (new API stack, 1 remote EnvRunner) in {time.perf_counter() - t0:.1f} s")
+    print(f"built PPO on CartPole-v1 (new API stack, 1 remote EnvRunner) in "
+          f"{time.perf_counter() - t0:.0f} s; MemoryProbeCallback.configure(diagnose=True)")
+    print("it   time  return | driver rss | EnvRunner rss | leak alarm")
     try:
         for it in range(1, args.iterations + 1):
             t1 = time.perf_counter()
-            result = algo.train()
-            er = result["env_runners"]
-            print(f"\niteration {it}: {time.perf_counter() - t1:.1f} s, "
-                  f"return {er.get('episode_return_mean', float('nan')):.1f}, "
-                  f"env steps {er.get('num_env_steps_sampled_lifetime', 0)}")
-            print(f"  {'metric':<22}{'driver':>12}{'EnvRunners':>12}{'max':>12}")
-            for label, key, scale in ROWS:
-                d = result.get(f"memprobe/driver/{key}")
-                e = er.get(f"memprobe/{key}")
-                m = er.get(f"memprobe/{key}_max")
-                print(f"  {label:<22}{_fmt(d, scale):>12}{_fmt(e, scale):>12}{_fmt(m, scale):>12}")
+            r = algo.train()
+            er = r["env_runners"]
+            alarm = "none"
+            if er.get("memprobe/leak/suspect"):
+                where = [k.split("/")[3:-1] for k in er if k.startswith("memprobe/leak/culprit/")]
+                alarm = (f"EnvRunner 1 {er['memprobe/leak/rate_per_hour'] / MIB:+.0f} MiB/hour"
+                         + (f" at {'/'.join(where[0])}" if where else ""))
+            seconds = time.perf_counter() - t1
+            print(f"{it:>2} {seconds:>5.1f}s {er.get('episode_return_mean', 0):>7.1f}"
+                  f" | {r['memprobe/driver/process/rss_bytes'] / MIB:>6.0f} MiB"
+                  f" | {er['memprobe/process/rss_bytes'] / MIB:>9.0f} MiB | {alarm}")
     finally:
         algo.stop()
         ray.shutdown()
-    files = sorted(os.listdir(logdir)) if os.path.isdir(logdir) else []
-    print(f"\nJSONL logs (one per process) in {logdir}:")
-    for f in files:
-        print(f"  {f}")
-    print("metrics are also in every algo.train() result: result['env_runners']"
-          "['memprobe/process/rss_bytes'], result['memprobe/driver/process/rss_bytes'], ...")
-    print(f"summarize them with: memprobe report {logdir}/*.jsonl")
+    runs = read_runs(logdir)
+    print("\nper process (rss; a sample is one train() iteration for the driver, one "
+          "episode end for an EnvRunner):")
+    for line in summary(runs):
+        print("  " + line)
+    print(plot(runs, os.path.join(logdir, "memory.png")))
+    print(f"JSONL logs (one per process): {logdir}")
+    print("the full report:\n  "
+          f"{sys.executable} -m memprobe report {logdir}/*.jsonl --html {logdir}/report.html")
     return 0
 
 

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprobe import ConfigError, MemprobeError
-from memprobe._errors import show
 from memprobe.leaks import Report, check_growth_bytes, check_leaks
+
+from ._options import show
 
 __all__ = ["COMPONENTS", "ComponentCheck", "LeakCheckResult", "check_rllib_leaks"]
 

@@ -67,8 +67,8 @@ def test_new_stack_metrics_land_in_results(ray_session, num_env_runners, tmp_pat
         lines = [json.loads(line) for line in f.read_text().splitlines()]
         assert lines and all(RSS in rec["values"] or "memprobe/driver/process/rss_bytes"
                              in rec["values"] for rec in lines)
-        roles.add((lines[0]["role"], lines[0]["env_runner"]))
-    expected = {("driver", 0), ("env_runner", num_env_runners and 1)}
+        roles.add((lines[0]["role"], lines[0].get("env_runner")))
+    expected = {("driver", None), ("env_runner", num_env_runners and 1)}
     assert expected <= roles, roles
 
 
@@ -84,7 +84,8 @@ def test_old_stack_custom_metrics(ray_session):
 
 def test_tracemalloc_sites_are_short_keys(ray_session):
     cls = MemoryProbeCallback.configure(
-        probes={"process": {}, "tracemalloc": {"top": 5, "every": 5}}, driver=False
+        probes={"process": {}, "tracemalloc": {"top": 5, "every": 5}}, driver=False,
+        site_keys=True,
     )
     results = train(ppo_config(1, cls, ), iterations=2)
     er = results[-1]["env_runners"]
@@ -127,14 +128,18 @@ def test_configure_validates_in_the_driver():
         MemoryProbeCallback.configure(evry=3)
     with pytest.raises(memprobe.ConfigError, match="no_such_module"):
         MemoryProbeCallback.configure(plugins=["no_such_module"])
+    with pytest.raises(memprobe.ConfigError, match="leak_check_every"):
+        MemoryProbeCallback.configure(leak_every=3)  # the Prober's name, and a hint
+    with pytest.raises(memprobe.ConfigError, match="diagnose"):
+        MemoryProbeCallback.configure(diagnose=True, probes=["process"])
     cls = MemoryProbeCallback.configure(every=2)
-    assert cls.every == 2 and MemoryProbeCallback.every == 1
+    assert cls.options.every == 2 and MemoryProbeCallback.options.every == 1
     cb = cls()
     assert cb.prober is None  # nothing is built or started at construction
 
 
 def test_leak_verdicts_per_env_runner(ray_session):
-    cls = MemoryProbeCallback.configure(probes=["process"], trigger="sample", leak_every=1,
+    cls = MemoryProbeCallback.configure(probes=["process"], trigger="sample", leak_check_every=1,
                                         driver=False)
     config = ppo_config(1, cls).training(train_batch_size=64, minibatch_size=64)
     results = train(config, iterations=3)

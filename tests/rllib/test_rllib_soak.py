@@ -74,7 +74,7 @@ def test_fifty_ppo_iterations_show_no_memprobe_growth(ray_session) -> None:
                 owned[i] = memprobe_traced_bytes()
         (callback,) = algo.env_runner._callbacks
         prober = callback.prober
-        driver_prober = callback_of(algo)._driver_prober
+        driver_prober = callback_of(algo).driver_prober
     finally:
         tracemalloc.stop()
         algo.stop()

@@ -1,0 +1,232 @@
+"""Field accuracy of the live RLlib leak verdict: real PPO runs, real faults, every process judged.
+
+Run: ``python benchmarks/field_accuracy_rllib.py [--iterations 20] [--seeds 0 1 2]
+[--case NAME ...] [--out results.jsonl]``.
+
+Each run is PPO on CartPole-v1 (new API stack, 1 remote EnvRunner, 1 remote
+Learner, ``train_batch_size=500``) with
+``MemoryProbeCallback.configure(diagnose=True, jsonl=...)``, the env wrapped by
+one of :data:`rllib_field_envs.CASES`: healthy, churn, a bounded cache, and
+leaks of Python heap (one line), native memory (ctypes ``malloc``), file
+descriptors and objects of a class of their own. Per run and process (driver,
+EnvRunner 1, Learner 0):
+
+- the live alarm: the first iteration whose results carry ``leak/suspect = 1``;
+- the culprit the live keys name (``memprobe/leak/culprit/<where>/...``);
+- the final verdict on the process's JSONL (``memprobe.analyze_samples``, what
+  ``memprobe report`` reads);
+- env steps sampled per second against a run of the same seed without the
+  callback (one run each, not interleaved: ``benchmarks/rllib_overhead.py``
+  gives the precise ratio).
+
+Goals: no alarm, live or in the report, on healthy and bounded cases; every leak
+found by the live alarm within 10 iterations, in the EnvRunner, culprit named.
+Each run's row is appended to ``--out`` as it finishes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from rllib_field_envs import CASES, fault_line  # noqa: E402
+
+
+def expected_culprit(kind: str) -> str | None:
+    """Text the named culprit must contain, for a leak of ``kind``."""
+    return {"python": fault_line("python"), "native": "native", "fds": "fds",
+            "objects": "TrajectoryNote"}.get(kind)
+
+
+def config(env: Any, seed: int, callbacks: Any = None) -> Any:
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    c = (PPOConfig()
+         .environment(env)
+         .env_runners(num_env_runners=1)
+         .learners(num_learners=1)
+         .training(train_batch_size=500, minibatch_size=128, num_epochs=1)
+         .debugging(log_level="ERROR", seed=seed))
+    return c.callbacks(callbacks) if callbacks is not None else c
+
+
+def steps_per_second(results: list[dict[str, Any]]) -> float:
+    """Median env steps sampled per second of sampling, over the iterations after the first."""
+    rates = []
+    for r in results[1:]:
+        steps = r["env_runners"].get("num_env_steps_sampled", 0)
+        t = r.get("timers", {}).get("env_runner_sampling_timer")
+        if steps and t:
+            rates.append(steps / t)
+    return statistics.median(rates) if rates else float("nan")
+
+
+def train(cfg: Any, iterations: int) -> tuple[list[dict[str, Any]], float]:
+    algo = cfg.build_algo()
+    t0 = time.perf_counter()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results = [algo.train() for _ in range(iterations)]
+    finally:
+        algo.stop()
+    return results, time.perf_counter() - t0
+
+
+PROCESSES = {"env_runner 1": "env_runners/memprobe/leak/", "driver": "memprobe/driver/leak/",
+             "learner 0": "memprobe/learner_0/leak/"}
+
+
+def _leak_keys(result: dict[str, Any], head: str) -> dict[str, float]:
+    if head.startswith("env_runners/"):
+        source, head = result["env_runners"], head[len("env_runners/"):]
+    else:
+        source = result
+    return {k[len(head):]: float(v) for k, v in source.items() if str(k).startswith(head)}
+
+
+def judge_files(row: dict[str, Any], logdir: str) -> None:
+    """The verdict on each process's JSONL: with ``analyze_samples``' defaults (what
+    ``memprobe report`` prints) and with the live alarm's options."""
+    import memprobe
+    from memprobe_rllib import CallbackOptions
+    from memprobe_rllib.demo import read_runs
+
+    live = CallbackOptions().alarm_options
+    for fname, samples in read_runs(logdir).items():
+        role = fname.split("-")[1]
+        proc = {"env_runner": "env_runner 1", "driver": "driver", "learner": "learner 0"}[role]
+        for column, options in (("report", {}), ("report_live_options", live)):
+            leaks = memprobe.analyze_samples(samples, **options).leaks
+            row["processes"].setdefault(proc, {})[column] = (
+                "leak: " + ", ".join(v.key.split("/", 1)[1] for v in leaks) if leaks
+                else "no leak")
+
+
+def rejudge_ok(row: dict[str, Any]) -> None:
+    """Whether the run meets the goals: ``row["ok"]`` and, if not, ``row["why"]``."""
+    expect = row["expect"]
+    want = expected_culprit(expect)
+    er = row["processes"]["env_runner 1"]
+    if expect in ("healthy", "bounded"):
+        alarms = [p for p, d in row["processes"].items()
+                  if d.get("alarm_at") or d.get("report_live_options", "no leak") != "no leak"]
+        row["ok"] = not alarms
+        row["why"] = "false alarm in " + ", ".join(alarms) if alarms else ""
+    else:
+        named = bool(want) and any(want in c for c in er["culprits"])
+        found = er["alarm_at"] is not None and er["alarm_at"] <= 10
+        others = [p for p in ("driver", "learner 0") if row["processes"][p].get("alarm_at")]
+        row["ok"] = found and named and not others
+        row["why"] = "" if row["ok"] else (
+            ("not found within 10 iterations; " if not found else "")
+            + ("" if named else f"culprit {er['culprits']} lacks {want!r}; ")
+            + (f"false alarm in {others}" if others else ""))
+
+
+def judge_run(name: str, seed: int, iterations: int, baseline: float) -> dict[str, Any]:
+    from memprobe_rllib import MemoryProbeCallback
+
+    env, expect = CASES[name]
+    logdir = tempfile.mkdtemp(prefix=f"field-{name}-{seed}-")
+    cls = MemoryProbeCallback.configure(diagnose=True, jsonl=logdir)
+    results, seconds = train(config(env, seed, cls), iterations)
+    row: dict[str, Any] = {"case": name, "seed": seed, "expect": expect,
+                           "seconds": round(seconds, 1), "processes": {}}
+    for proc, head in PROCESSES.items():
+        alarm_at = None
+        culprits: list[str] = []
+        for i, r in enumerate(results, 1):
+            keys = _leak_keys(r, head)
+            if keys.get("suspect") and alarm_at is None:
+                alarm_at = i
+            culprits = [k[len("culprit/"):-len("/rate_per_hour")] for k in keys
+                        if k.startswith("culprit/")]
+        row["processes"][proc] = {"alarm_at": alarm_at, "culprits": culprits}
+    row["logdir"] = logdir
+    judge_files(row, logdir)
+    row["steps_ratio"] = round(steps_per_second(results) / baseline, 3) if baseline else None
+    rejudge_ok(row)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--case", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--out", default="field_accuracy_rllib.jsonl")
+    parser.add_argument("--rejudge", metavar="ROWS.jsonl",
+                        help="judge the JSONL files of runs already made again, print the table")
+    args = parser.parse_args(argv)
+    if args.rejudge:
+        rows = [json.loads(line) for line in open(args.rejudge)]
+        for row in rows:
+            logdir = row.get("logdir") or next(iter(sorted(glob.glob(os.path.join(
+                tempfile.gettempdir(), f"field-{row['case']}-{row['seed']}-*")))), None)
+            if logdir:
+                judge_files(row, logdir)
+                rejudge_ok(row)
+        print_table(rows)
+        return 0
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    import ray
+
+    src = os.path.join(os.path.dirname(HERE), "src")
+    path = os.pathsep.join(p for p in (HERE, src, os.environ.get("PYTHONPATH")) if p)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
+    rows = []
+    try:
+        for seed in args.seeds:
+            base, _ = train(config(CASES["healthy"][0], seed), args.iterations)
+            baseline = steps_per_second(base)
+            for name in args.case:
+                try:
+                    row = judge_run(name, seed, args.iterations, baseline)
+                except Exception as exc:  # one failed run must not lose the others
+                    row = {"case": name, "seed": seed, "ok": False, "why": repr(exc)}
+                rows.append(row)
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
+    finally:
+        ray.shutdown()
+    print_table(rows)
+    return 0
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """A Markdown table: one row per run."""
+    print("| case | seed | EnvRunner alarm at | culprit named | driver alarm | learner alarm | "
+          "JSONL verdict, live options (memprobe report defaults): EnvRunner / driver / "
+          "learner | steps/s ratio | ok |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        p = r.get("processes", {})
+        er, dr, lr = (p.get(k, {}) for k in ("env_runner 1", "driver", "learner 0"))
+        ok = "yes" if r.get("ok") else "NO: " + r.get("why", "")
+        reports = " / ".join(f"{p.get(k, {}).get('report_live_options', '-')} "
+                             f"({p.get(k, {}).get('report', '-')})"
+                             for k in ("env_runner 1", "driver", "learner 0"))
+        print(f"| {r['case']} | {r['seed']} | {er.get('alarm_at') or '-'} | "
+              f"{', '.join(er.get('culprits', [])) or '-'} | {dr.get('alarm_at') or '-'} | "
+              f"{lr.get('alarm_at') or '-'} | {reports} | "
+              f"{r.get('steps_ratio', '-')} | {ok} |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,241 @@
+"""The live leak verdict of one process, as RLlib keys and a warning naming the culprit.
+
+The verdicts come from the Prober's own leak alarm (``Prober(on_leak=...,
+leak_check_every=..., leak_confirmations=...)``): one schedule, the same data
+as ``prober.report()`` and ``memprobe report`` on the process's JSONL.
+:class:`LeakState` turns them into a fixed set of keys, logged at every flush
+with the latest verdict:
+
+- ``<prefix>/leak/suspect``: 1 while an alarm is raised in this process, else 0;
+- ``<prefix>/leak/rate_per_hour``: growth per hour of the worst alarmed metric
+  (its unit: bytes, or a count for fds and objects);
+- ``<prefix>/leak/<probe>/<metric>/rate_per_hour`` and ``.../suspect`` for each
+  judged metric the process has (:data:`JUDGED`);
+- ``<prefix>/leak/env_runner_<i>``: 1 while EnvRunner ``i`` is alarmed (reduce max);
+- ``<prefix>/leak/culprit/<where>/rate_per_hour`` for at most
+  :data:`MAX_CULPRITS` culprits named in this process (a ``file.py:line``, a
+  type, ``native`` or ``fds``); it appears with the alarm that names it, and
+  is logged at every flush after that.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import statistics
+import sysconfig
+from collections.abc import Sequence
+from typing import Any
+
+from memprobe import LeakWarning
+from memprobe import keys as mkeys
+
+from ._results import warn
+
+#: The metrics whose verdicts get keys of their own (when the process has them).
+JUDGED = (
+    "process/rss_bytes",
+    "process/num_fds",
+    "tracemalloc/filtered_bytes",
+    "objects/total_count",
+)
+#: Culprit keys a process may add (bounded: one key per name, never reused).
+MAX_CULPRITS = 3
+#: A Python site is named for a bytes leak when the bytes that survive a
+#: tracing window are at least this share of the metric's growth per sample.
+_PYTHON_SHARE = 0.25
+
+
+def _human(value: float, unit: str) -> str:
+    if unit != "bytes":
+        return f"{value:+.3g}"
+    size = abs(value)
+    for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if size >= scale:
+            return f"{value / scale:+.1f} {name}"
+    return f"{value:+.0f} B"
+
+
+def survivor_sites(history: Sequence[Any], prefix: str,
+                   windows: int = 5) -> list[tuple[str, float]]:
+    """Sites whose blocks survive most of the last ``windows`` tracing windows.
+
+    :returns: ``[(site, median surviving bytes per window)]``, largest first.
+    """
+    head = mkeys.prefix_path(prefix) + "tracemalloc/"
+    total_key = head + "survivors_bytes"
+    closed = [s.values for s in reversed(history) if total_key in s.values][:windows]
+    if not closed:
+        return []
+    sizes: dict[str, list[float]] = {}
+    for values in closed:
+        for key, v in values.items():
+            if key.startswith(head + "survivors/") and key.endswith("/size_bytes"):
+                site = mkeys.site_name(key[len(head):])
+                if site is not None and site != "other":
+                    sizes.setdefault(site, []).append(float(v))
+    need = (len(closed) + 1) // 2
+    ranked = [(site, statistics.median(vs + [0.0] * (len(closed) - len(vs))))
+              for site, vs in sizes.items() if len(vs) >= need]
+    return sorted((r for r in ranked if r[1] > 0), key=lambda r: -r[1])
+
+
+@functools.lru_cache(maxsize=512)
+def is_library_site(site: str) -> bool:
+    """Whether a site (``ray/rllib/x.py:12``, ``collections/__init__.py:690``) is in the
+    standard library or an installed package rather than the user's own code."""
+    head = site.split("/", 1)[0].split(":", 1)[0]
+    if head.startswith("<") or head.startswith("frozen"):
+        return True
+    name = head[:-3] if head.endswith(".py") else head
+    try:
+        spec = importlib.util.find_spec(name) if name.isidentifier() else None
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None) or ""
+    if spec is not None and origin in ("built-in", "frozen"):
+        return True
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    return bool(origin) and any(origin.startswith(r) for r in roots)
+
+
+def growing_types(history: Sequence[Any], prefix: str) -> list[str]:
+    """Object types whose live count grew most between the first and the last third
+    of the samples that counted objects, fastest first."""
+    head = mkeys.prefix_path(prefix) + "objects/top/"
+    counted = [s.values for s in history if mkeys.prefix_path(prefix) + "objects/total_count"
+               in s.values]
+    if len(counted) < 3:
+        return []
+    third = max(1, len(counted) // 3)
+
+    def level(part: Sequence[Any]) -> dict[str, float]:
+        out: dict[str, list[float]] = {}
+        for values in part:
+            for key, v in values.items():
+                if key.startswith(head) and key.endswith("/count"):
+                    out.setdefault(key[len(head):-len("/count")], []).append(float(v))
+        return {name: statistics.median(vs) for name, vs in out.items()}
+
+    early, late = level(counted[:third]), level(counted[-third:])
+    grew = sorted(((late[t] - early.get(t, 0.0), t) for t in late if t != "other"), reverse=True)
+    return [t for g, t in grew if g > 0]
+
+
+def culprits_of(verdict: Any, history: Sequence[Any], prefix: str) -> tuple[str, ...]:
+    """Where a leaking metric's growth comes from, most likely first.
+
+    ``fds`` for file descriptors; the verdict's own culprits (growing sites or
+    types); else the sites whose blocks survive the tracing windows, when they
+    account for the growth; else ``native`` for a bytes metric (memory Python
+    did not allocate: C extensions, ``malloc``).
+    """
+    metric = mkeys.short_key(verdict.key, prefix)
+    kind = getattr(verdict, "kind", None)
+    if metric.endswith("num_fds") or kind == "fds":
+        return ("fds",)
+    if verdict.culprits:
+        return tuple(verdict.culprits[:MAX_CULPRITS])
+    if kind == "threads":
+        return ("threads",)
+    if metric.startswith("objects/"):
+        return tuple(growing_types(history, prefix)[:MAX_CULPRITS])
+    if metric.endswith("_bytes"):
+        # Windowed tracing: the verdict cannot see Python's growth across windows;
+        # the blocks that survive each window can.
+        # Library sites survive every window in a healthy EnvRunner too (the episodes
+        # in flight until sample() returns): only the user's own sites are named here.
+        sites = [(site, b) for site, b in survivor_sites(history, prefix)
+                 if not is_library_site(site)]
+        per_step = max(float(verdict.slope_per_step), 1.0)
+        if sites and sum(b for _, b in sites[:MAX_CULPRITS]) >= _PYTHON_SHARE * per_step:
+            return tuple(site for site, _ in sites[:MAX_CULPRITS])
+        return ("native",)
+    return ()
+
+
+class LeakState:
+    """The alarm's latest verdicts for one process, as keys (see the module docstring)."""
+
+    def __init__(self, prefix: str, role: str, index: int | None, step_name: str) -> None:
+        self.prefix = prefix
+        self.role = role
+        self.index = index
+        self.step_name = step_name  # what one sample is, for the warning
+        self._head = mkeys.prefix_path(prefix) + "leak/"
+        self.alarmed: dict[str, Any] = {}  # key -> its alarming Verdict
+        self.latest: dict[str, Any] = {}  # key -> its latest Verdict
+        self.culprits: dict[str, float] = {}  # name -> rate per hour
+        self.warned = False
+        self.judged: tuple[str, ...] | None = None
+        self.prober: Any = None
+        self._seen_report: Any = None
+
+    # -- fed by the Prober's alarm ------------------------------------------------------
+    def on_leak(self, verdict: Any) -> None:
+        """The Prober's ``on_leak``: a metric confirmed leaking."""
+        self.alarmed[verdict.key] = verdict
+        self.latest[verdict.key] = verdict
+        history = self.prober.history if self.prober is not None else ()
+        names = culprits_of(verdict, history, self.prefix)
+        rate = float(verdict.rate_per_hour or 0.0)
+        for name in names:
+            if name in self.culprits or len(self.culprits) < MAX_CULPRITS:
+                self.culprits[name] = max(rate, self.culprits.get(name, 0.0))
+        if not self.warned:
+            self.warned = True
+            warn(self.describe(verdict, names), LeakWarning)
+
+    def describe(self, verdict: Any, names: Sequence[str]) -> str:
+        """One line naming the process, the metric, the rates and the culprit."""
+        who = self.role if self.index is None else f"{self.role} {self.index}"
+        metric = mkeys.short_key(verdict.key, self.prefix)
+        unit = "bytes" if metric.endswith("_bytes") else ""
+        per_hour = verdict.rate_per_hour
+        rate = (f"{_human(per_hour, unit)}/hour, " if per_hour is not None else "")
+        where = ", ".join(names) if names else "unknown (add the tracemalloc or objects probe)"
+        return (f"memprobe_rllib: {who} leaks: {metric} {rate}"
+                f"{_human(verdict.slope_per_step, unit)} per sample ({self.step_name}) "
+                f"over {verdict.n_points} samples; where: {where}")
+
+    def refresh(self) -> None:
+        """Read the alarm's latest report (``prober.alarm.latest``), when there is a new one."""
+        alarm = getattr(self.prober, "alarm", None)
+        report = getattr(alarm, "latest", None)
+        if report is None or report is self._seen_report:
+            return
+        self._seen_report = report
+        for key, v in report.verdicts.items():
+            self.latest[key] = v
+            if key in self.alarmed and not v.leak:
+                del self.alarmed[key]  # judged healthy again: the alarm is lowered
+
+    # -- as keys ------------------------------------------------------------------------
+    def values(self, sample_keys: Any = ()) -> dict[str, float]:
+        """The leak keys with the latest verdicts (the same keys at every call)."""
+        self.refresh()
+        if self.judged is None:
+            head = mkeys.prefix_path(self.prefix)
+            present = set(sample_keys)
+            self.judged = tuple(m for m in JUDGED if head + m in present)
+        head = mkeys.prefix_path(self.prefix)
+        out: dict[str, float] = {}
+        worst = 0.0
+        for metric in self.judged:
+            key = head + metric
+            v = self.latest.get(key)
+            rate = float(v.rate_per_hour or 0.0) if v is not None and v.status != "insufficient" \
+                else 0.0
+            out[f"{self._head}{metric}/rate_per_hour"] = rate
+            alarmed = key in self.alarmed
+            out[f"{self._head}{metric}/suspect"] = 1.0 if alarmed else 0.0
+            if alarmed and metric.endswith("_bytes"):
+                worst = max(worst, rate)
+        suspect = 1.0 if self.alarmed else 0.0
+        out[self._head + "suspect"] = suspect
+        out[self._head + "rate_per_hour"] = worst
+        if self.role == "env_runner" and self.index is not None:
+            out[f"{self._head}env_runner_{self.index}"] = suspect
+        for name, rate in self.culprits.items():
+            out[f"{self._head}culprit/{mkeys.sanitize_key(name)}/rate_per_hour"] = rate
+        return out

@@ -1,0 +1,113 @@
+"""The live verdict in real PPO runs: no NaN, a stable key set, no alarm on a healthy
+job, and an injected leak found with its EnvRunner and its culprit named.
+
+Two short runs (PPO CartPole-v1, one remote EnvRunner, ``diagnose=True``: all four
+probes, tracemalloc in windows), shared by the tests of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import pytest
+
+pytest.importorskip("ray.rllib")
+
+from memprobe_rllib import MemoryProbeCallback
+
+pytestmark = pytest.mark.rllib
+ITERATIONS = 10
+
+
+def ppo(env, callbacks, **learners):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    config = (
+        PPOConfig()
+        .environment(env)
+        .env_runners(num_env_runners=1)
+        .training(train_batch_size=500, minibatch_size=128, num_epochs=1)
+        .callbacks(callbacks)
+        .debugging(log_level="ERROR", seed=0)
+    )
+    return config.learners(**learners) if learners else config
+
+
+def run(config, iterations):
+    algo = config.build_algo()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return [algo.train() for _ in range(iterations)]
+    finally:
+        algo.stop()
+
+
+def memprobe_keys(result):
+    """Every memprobe key of one result: EnvRunner keys, then driver and learner keys."""
+    er = {f"env_runners/{k}": v for k, v in result["env_runners"].items()
+          if str(k).startswith("memprobe/")}
+    top = {k: v for k, v in result.items() if str(k).startswith("memprobe/")}
+    return {**er, **top}
+
+
+@pytest.fixture(scope="module")
+def healthy(ray_session, tmp_path_factory):
+    logdir = tmp_path_factory.mktemp("healthy")
+    cls = MemoryProbeCallback.configure(diagnose=True, jsonl=str(logdir))
+    return run(ppo("CartPole-v1", cls, num_learners=1), ITERATIONS), logdir
+
+
+def test_no_nan_and_the_same_keys_every_iteration(healthy):
+    results, _ = healthy
+    first = memprobe_keys(results[0])
+    assert "env_runners/memprobe/tracemalloc/survivors_bytes" in first
+    assert "env_runners/memprobe/objects/total_count" in first
+    assert "env_runners/memprobe/leak/process/rss_bytes/rate_per_hour" in first
+    assert "memprobe/learner_0/process/rss_bytes" in first
+    assert "memprobe/driver/leak/suspect" in first
+    for i, r in enumerate(results):
+        values = memprobe_keys(r)
+        nan = [k for k, v in values.items() if isinstance(v, float) and math.isnan(v)]
+        assert not nan, (i, nan)
+        assert set(values) == set(first), (i, set(values) ^ set(first))
+
+
+def test_a_healthy_run_raises_no_alarm(healthy):
+    results, _ = healthy
+    for r in results:
+        assert r["env_runners"]["memprobe/leak/suspect"] == 0.0
+        assert r["memprobe/driver/leak/suspect"] == 0.0
+        assert r["memprobe/learner_0/leak/suspect"] == 0.0
+
+
+def test_every_process_writes_its_own_role(healthy):
+    _, logdir = healthy
+    tags = set()
+    for f in logdir.glob("memprobe-*.jsonl"):
+        first = json.loads(f.open().readline())
+        tags.add((first["role"], first.get("env_runner"), first.get("learner")))
+        prefix = {"driver": "memprobe/driver/", "learner": "memprobe/learner/",
+                  "env_runner": "memprobe/process/"}[first["role"]]
+        assert any(k.startswith(prefix) for k in first["values"]), (f, first)
+    assert tags == {("driver", None, None), ("env_runner", 1, None), ("learner", None, 0)}
+
+
+def test_an_injected_leak_is_found_and_named(ray_session):
+    from memprobe_test_leaky_env import LEAKED, LeakyCartPole, leak_line
+
+    cls = MemoryProbeCallback.configure(diagnose=True, learners=False)
+    results = run(ppo(LeakyCartPole, cls), ITERATIONS)
+    LEAKED.clear()
+    found = [i for i, r in enumerate(results, 1) if r["env_runners"]["memprobe/leak/suspect"]]
+    assert found and found[0] <= ITERATIONS, [r["env_runners"]["memprobe/leak/suspect"]
+                                              for r in results]
+    er = results[-1]["env_runners"]
+    assert er["memprobe/leak/env_runner_1"] == 1.0  # which EnvRunner
+    assert er["memprobe/leak/rate_per_hour"] > 2**20  # 4 KiB per env step: MiB per hour
+    culprits = [k for k in er if k.startswith("memprobe/leak/culprit/")]
+    line = leak_line()
+    assert any(line in k for k in culprits), culprits  # where: the leaking line
+    assert results[-1]["memprobe/driver/leak/suspect"] == 0.0  # the driver does not leak

@@ -1,0 +1,131 @@
+"""From samples to RLlib metrics, with RLlib's real MetricsLogger (no Ray cluster needed).
+
+The reduce of each key comes from its metric declaration; a key once logged is
+logged at every flush (no NaN); the adapter's own buffers are not counted as
+the user's memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("ray.rllib")
+
+from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+from memprobe.keys import site_name
+from memprobe_rllib import CallbackOptions
+from memprobe_rllib._callback import ProcessProber
+from memprobe_rllib._leak import LeakState, culprits_of
+
+pytestmark = pytest.mark.rllib
+
+
+def process(probes, **options):
+    opts = CallbackOptions(probes=probes, **options)
+    return ProcessProber(opts, "env_runner", 1, prefix="memprobe", step_name="a test step")
+
+
+def test_reduce_kinds_come_from_declarations_and_no_key_goes_nan():
+    pp = process(["process", "gc"], site_keys=True).start()
+    logger = MetricsLogger()
+    try:
+        pp.log.add(pp.prober.sample(step=1))
+        # A site key that shows up once, then leaves the top N.
+        pp.log.add({"memprobe/tracemalloc/top/my_env.py:3/size_bytes": 4096})
+        pp.log.flush(logger)
+        first = logger.reduce(compile=True)
+        pp.log.add(pp.prober.sample(step=2))
+        pp.log.flush(logger)
+        second = logger.reduce(compile=True)
+        pp.log.flush(logger)  # a sample() call in which nothing was sampled
+        third = logger.reduce(compile=True)
+    finally:
+        pp.prober.stop()
+    assert set(first) == set(second) == set(third)
+    for reduced in (first, second, third):
+        assert not [k for k, v in reduced.items() if math.isnan(float(v))]
+    site = "memprobe/tracemalloc/top/my_env.py:3/size_bytes"
+    assert (first[site], second[site]) == (4096, 0)  # left the top N: 0, not NaN
+    rss = "memprobe/process/rss_bytes"
+    assert third[rss] == second[rss] > 0  # a gauge keeps its latest value
+    assert third[rss + "_max"] >= third[rss]
+    assert pp.prober.describe("memprobe/gc/gen0/collections_count").kind == "counter"
+    counter = "memprobe/gc/gen0/collections_count"
+    # Counters are logged as increases (RLlib sums them over processes and time).
+    assert first[counter] >= 0 and third[counter] == 0
+    assert third["memprobe/overhead/sample_seconds"] == 0  # interval: nothing this time
+
+
+def test_site_keys_stay_out_of_results_unless_asked():
+    pp = process(["process"])
+    pp.log.add({"memprobe/tracemalloc/top/my_env.py:3/size_bytes": 4096,
+                "memprobe/objects/top/dict/count": 5, "memprobe/process/rss_bytes": 1})
+    assert set(pp.log.cells) == {"memprobe/process/rss_bytes"}
+
+
+def test_the_adapters_buffers_are_not_the_users_memory():
+    """tracemalloc on in this process: no site of memprobe_rllib among the top sites or
+    the growing ones, and the Python bytes judged do not grow in a loop that only logs."""
+    pp = process({"process": {}, "tracemalloc": {"top": 200}}, leak_check_every=5).start()
+    logger = MetricsLogger()
+    try:
+        for i in range(80):
+            pp.log.add(pp.prober.sample(step=i))
+            pp.log.flush(logger)
+            logger.reduce(compile=True)
+            pp.leak_values()
+        keys = [k for s in pp.prober.history for k in s.values]
+    finally:
+        pp.prober.stop()
+    head = "memprobe/tracemalloc/"
+    sites = {site_name(k[len(head):]) for k in keys if k.startswith(head)} - {None}
+    assert len(sites) > 20  # tracemalloc really reported sites
+    assert not [s for s in sites if "memprobe" in s], sorted(s for s in sites if "memprobe" in s)
+    filtered = pp.prober.alarm.latest.verdicts.get("memprobe/tracemalloc/filtered_bytes")
+    assert filtered is not None and not filtered.leak, filtered  # the judged Python bytes
+    assert pp.prober.alarm is not None and pp.prober.alarm.latest is not None
+
+
+def test_the_leak_keys_are_the_same_before_and_after_an_alarm_except_the_culprit():
+    from memprobe import Verdict
+
+    leak = LeakState("memprobe", "env_runner", 2, "a sample at each episode end")
+    sample_keys = ["memprobe/process/rss_bytes", "memprobe/process/num_fds"]
+    before = leak.values(sample_keys)
+    assert before["memprobe/leak/suspect"] == 0 and before["memprobe/leak/env_runner_2"] == 0
+    v = Verdict("memprobe/process/num_fds", "leak", 1.0, 0.5, 1.5, 3600.0, 40, 0, kind="fds")
+    assert culprits_of(v, [], "memprobe") == ("fds",)
+    with pytest.warns(Warning, match="env_runner 2 leaks: process/num_fds .*where: fds"):
+        leak.on_leak(v)
+    after = leak.values(sample_keys)
+    assert set(after) - set(before) == {"memprobe/leak/culprit/fds/rate_per_hour"}
+    assert after["memprobe/leak/process/num_fds/suspect"] == 1
+    assert after["memprobe/leak/env_runner_2"] == 1
+    assert after["memprobe/leak/process/num_fds/rate_per_hour"] == 3600.0
+
+
+def test_library_sites_are_told_from_the_users():
+    from memprobe_rllib._leak import is_library_site
+
+    for site in ("collections/__init__.py:690", "ray/rllib/utils/spaces/space_utils.py:399",
+                 "numpy/_core/numeric.py:232", "frozen_abc:123"):
+        assert is_library_site(site), site
+    for site in ("my_env.py:26", "benchmarks/rllib_field_envs.py:49"):
+        assert not is_library_site(site), site
+
+
+def test_growing_types_are_named_from_the_history():
+    from memprobe import Sample
+    from memprobe_rllib._leak import growing_types
+
+    history = [Sample(float(i), i, 1, {"memprobe/objects/total_count": 1000 + 10 * i,
+                                       "memprobe/objects/top/dict/count": 500,
+                                       "memprobe/objects/top/my_env.Note/count": 10 * i})
+               for i in range(12)]
+    assert growing_types(history, "memprobe") == ["my_env.Note"]
+    v = __import__("memprobe").Verdict("memprobe/objects/total_count", "leak", 10.0, 9.0, 11.0,
+                                       None, 12, 0)
+    assert culprits_of(v, history, "memprobe") == ("my_env.Note",)
