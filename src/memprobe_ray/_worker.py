@@ -9,7 +9,8 @@ judges the history for leaks and exports the verdict.
 The thread names the process by what it runs, read from the process title Ray
 sets (``ray::<Class>.<method>`` in an actor, ``ray::<task>`` in a task worker):
 the actor class or the task name, kept once known. A process that has run
-nothing yet (``ray::IDLE``, Ray's pool of spare workers) exports nothing.
+nothing yet (``ray::IDLE``, Ray's pool of spare workers) or an actor still in
+its constructor exports nothing yet.
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def ray_identity() -> tuple[str, str, str] | None:
     actor_id = ctx.get_actor_id()
     if actor_id is None:
         return ("task", running, "")
-    cls_name = running.split(".", 1)[0]
+    cls_name, _, method = running.partition(".")
+    if method == "__init__":
+        return None  # its attributes (worker_index) are not set yet
     index: Any = ""
     try:  # the actor instance, for RLlib's worker_index
         worker = ray._private.worker.global_worker
