@@ -129,7 +129,11 @@ class _Sampler(threading.Thread):
                 self.stopped.set()
 
     def run(self) -> None:
-        while not self.stopped.wait(self.options["interval_seconds"]):
+        # Until the process is named, look every 0.1 s: a short task must not slip by.
+        while not self.stopped.wait(
+            self.options["interval_seconds"] if self.prober is not None
+            else min(self.options["interval_seconds"], 0.1)
+        ):
             self.step()
         if self.prober is not None:
             self.prober.stop()

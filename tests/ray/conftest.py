@@ -176,6 +176,8 @@ def prometheus(ray_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory
         stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
+    # Ray Data's usage poller queries this Prometheus instead of a missing localhost:9090.
+    os.environ["RAY_PROMETHEUS_HOST"] = url
     try:
         deadline = time.monotonic() + 30
         while True:
