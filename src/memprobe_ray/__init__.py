@@ -17,6 +17,7 @@ from ._names import prom_metric
 from ._sink import RayMetricsSink
 from ._sink import RayMetricsUnavailable
 from ._sink import require_ray_metrics
+from ._worker import Tee
 from ._worker import probed
 from ._worker import ray_identity
 from ._worker import setup
@@ -30,6 +31,7 @@ __all__ = [
     "PromMetric",
     "RayMetricsSink",
     "RayMetricsUnavailable",
+    "Tee",
     "dashboard_json",
     "probed",
     "prom_metric",

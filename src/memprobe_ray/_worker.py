@@ -35,6 +35,7 @@ DEFAULTS: Mapping[str, Any] = {
     "history": 360,
     "max_sites": 5,
     "leak_options": None,
+    "jsonl": None,
 }
 #: Environment variable for the sampling interval of :func:`setup` (seconds).
 INTERVAL_ENV = "MEMPROBE_RAY_INTERVAL_SECONDS"
@@ -88,6 +89,21 @@ def ray_identity() -> tuple[str, str, str] | None:
     return (_role_of(cls_name), cls_name, str(index))
 
 
+class Tee:
+    """A sink that writes each sample to several sinks, in order."""
+
+    def __init__(self, *sinks: Any) -> None:
+        self.sinks = sinks
+
+    def write(self, sample: Any) -> None:
+        for sink in self.sinks:
+            sink.write(sample)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
 class _Sampler(threading.Thread):
     """Samples this process until the process ends (a daemon thread)."""
 
@@ -105,7 +121,11 @@ class _Sampler(threading.Thread):
     def _build(self, role: str, name: str, index: str) -> None:
         o = self.options
         self.sink = RayMetricsSink(role=role, name=name, index=index, max_sites=o["max_sites"])
-        self.prober = memprobe.Prober(o["probes"], history=o["history"], sink=self.sink)
+        sink: Any = self.sink
+        if o["jsonl"]:
+            jsonl = memprobe.JsonlSink(o["jsonl"], tags={**self.sink.tags})
+            sink = Tee(self.sink, jsonl)
+        self.prober = memprobe.Prober(o["probes"], history=o["history"], sink=sink)
         self.sink.bind(self.prober)
         self.prober.start()
 
@@ -137,6 +157,7 @@ class _Sampler(threading.Thread):
             self.step()
         if self.prober is not None:
             self.prober.stop()
+            self.prober.sink.close()  # type: ignore[union-attr]
 
 
 def start_sampler(**options: Any) -> bool:
@@ -144,7 +165,9 @@ def start_sampler(**options: Any) -> bool:
 
     :param options: any of :data:`DEFAULTS` (``probes``, ``interval_seconds``,
         ``leak_check_every``, ``history``, ``max_sites``, ``leak_options`` for
-        :func:`memprobe.analyze_samples` such as ``thresholds``), and ``identity``, a
+        :func:`memprobe.analyze_samples` such as ``thresholds``; ``jsonl``, a
+        path with ``{pid}`` on each node for a JSONL file per process as well,
+        its lines tagged ``role``, ``name``, ``index``, ``node``), and ``identity``, a
         callable returning ``(role, name, index)`` or ``None`` while not yet known.
     :raises memprobe_ray.RayMetricsUnavailable: ray[default] is not installed.
     """

@@ -107,8 +107,10 @@ class Prometheus:
 class RayCluster:
     """The session's cluster: its nodes' ids and metrics ports."""
 
-    def __init__(self, cluster: Any, head_id: str, worker_id: str, ports: list[int]) -> None:
+    def __init__(self, cluster: Any, head_id: str, worker_id: str, ports: list[int],
+                 jsonl_dir: Path) -> None:
         self.cluster = cluster
+        self.jsonl_dir = jsonl_dir
         self.head_id = head_id
         self.worker_id = worker_id
         self.ports = ports
@@ -135,10 +137,12 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
     worker = cluster.add_node(num_cpus=4, metrics_export_port=ports[1],
                               resources={"second": 1})
     path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
+    jsonl_dir = tmp_path_factory.mktemp("jsonl")
     ray.init(address=cluster.address, log_to_driver=False, runtime_env={
         "env_vars": {"PYTHONPATH": path},
         "worker_process_setup_hook": memprobe_ray.setup_hook(
             interval_seconds=0.5, leak_check_every=10, history=120,
+            jsonl=str(jsonl_dir / "memprobe-{pid}.jsonl"),
             # A young Ray worker's rss grows by some 10 kB a step for its first
             # minute; the leaking test actor grows 1 MB a step.
             leak_options={"thresholds": {"process/rss_bytes": 100_000}}),
@@ -146,7 +150,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
     cluster.wait_for_nodes()
     head_id = cluster.head_node.node_id
     try:
-        yield RayCluster(cluster, head_id, worker.node_id, ports)
+        yield RayCluster(cluster, head_id, worker.node_id, ports, jsonl_dir)
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -58,3 +61,18 @@ def test_node_tags_and_a_restarted_actor_resumes_without_stale_series(ray_cluste
     finally:
         ray.kill(head)
         ray.kill(second)
+
+
+def test_the_node_local_jsonl_files_of_both_nodes_make_one_report(ray_cluster):
+    """Runs after the test above: the setup hook also wrote one JSONL file per process."""
+    files = sorted(ray_cluster.jsonl_dir.glob("memprobe-*.jsonl"))
+    nodes = set()
+    for f in files:
+        first = json.loads(f.read_text().splitlines()[0])
+        assert {"role", "name", "index", "node"} <= set(first), first
+        nodes.add(first["node"])
+    assert nodes == {ray_cluster.head_id, ray_cluster.worker_id}
+    r = subprocess.run([sys.executable, "-m", "memprobe", "report", *map(str, files)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Pinned" in r.stdout and ray_cluster.worker_id[:8] in r.stdout, r.stdout[:3000]
