@@ -12,20 +12,10 @@ Needs ``ray[default]`` (``pip install "memprobe[ray]"``): without it Ray's
 metrics agent exports nothing. Importing this package needs only memprobe.
 """
 
-from ._names import PromMetric
-from ._names import prom_metric
-from ._sink import RayMetricsSink
-from ._sink import RayMetricsUnavailable
-from ._sink import require_ray_metrics
-from ._worker import Tee
-from ._worker import probed
-from ._worker import ray_identity
-from ._worker import setup
-from ._worker import setup_hook
-from ._worker import start_sampler
-from ._worker import stop_sampler
-from .dashboard import dashboard_json
-from .dashboard import write_dashboard
+from ._names import PromMetric, prom_metric
+from ._sink import RayMetricsSink, RayMetricsUnavailable, require_ray_metrics
+from ._worker import Tee, probed, ray_identity, setup, setup_hook, start_sampler, stop_sampler
+from .dashboard import dashboard_json, write_dashboard
 
 __all__ = [
     "PromMetric",

@@ -68,7 +68,7 @@ def current_node() -> str:
 
         if ray.is_initialized():
             return str(ray.get_runtime_context().get_node_id())
-    except Exception:  # noqa: BLE001 - a tag is never worth failing a sample for
+    except Exception:
         pass
     return ""
 
@@ -114,14 +114,15 @@ class _Declarations:
                 found = describe(key)
                 if isinstance(found, Metric):
                     return found
-            except Exception:  # noqa: BLE001 - an unknown key: the lookups below
+            except Exception:
                 pass
         section = PROBER_METRICS.get(probe)
         if section is not None:
             return lookup(section, metric)
         declared = self._registry().get(probe)
         builtin = BUILTIN_DECLARATIONS.get(probe)
-        if builtin is not None and not any(isinstance(d, Metric) for d in (declared or {}).values()):
+        plain = not any(isinstance(d, Metric) for d in (declared or {}).values())
+        if builtin is not None and plain:
             return lookup(builtin, metric)
         return lookup(declared, metric)
 
@@ -151,6 +152,7 @@ class RayMetricsSink:
         self._plan: dict[str, PromMetric | None] = {}  # key -> how it is exported
         self._owners: dict[tuple[str, str | None], str] = {}  # (name, site) -> its key
         self._metrics: dict[str, Any] = {}  # Prometheus name -> Ray metric object
+        self._descriptions: dict[str, str] = {}  # Prometheus name -> the declared description
         self._last: dict[tuple[str, str], float] = {}  # counter (name, site) -> last cumulative
         self._sites: dict[str, list[str]] = {}  # name -> admitted site tag values
         self._culprits: dict[str, int] = {}  # culprit -> rank last exported
@@ -167,7 +169,8 @@ class RayMetricsSink:
         m = self._metrics.get(name)
         if m is None:
             cls = self._ray_metrics.Counter if kind == "counter" else self._ray_metrics.Gauge
-            m = cls(name, description=description or name, tag_keys=TAG_KEYS + extra)
+            description = description or self._descriptions.get(name) or name
+            m = cls(name, description=description, tag_keys=TAG_KEYS + extra)
             m.set_default_tags(self.tags)
             self._metrics[name] = m
         return m
@@ -181,6 +184,7 @@ class RayMetricsSink:
             return None
         declared = self.describe(key, parts.probe, parts.metric)
         plan = prom_metric(parts.probe, parts.metric, declared)
+        self._descriptions.setdefault(plan.name, declared.description)
         # Two keys with one name (gc's per-interval and cumulative seconds): the first wins.
         owner = self._owners.setdefault((plan.name, plan.site), key)
         return plan if owner == key else None
@@ -202,6 +206,8 @@ class RayMetricsSink:
         with self._lock:
             if self._prefix is None:
                 self._prefix = infer_prefix(sample.values)
+                if self._prefix is None:
+                    return  # not a Prober's sample: nothing to name its keys by
             gauges: dict[tuple[str, str], float] = {}
             for key, value in sample.values.items():
                 plan = self._plan.get(key, False)

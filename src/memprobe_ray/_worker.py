@@ -82,7 +82,7 @@ def ray_identity() -> tuple[str, str, str] | None:
         for instance in worker.actors.values():
             index = getattr(instance, "worker_index", "")
             break
-    except Exception:  # noqa: BLE001 - Ray's internals moved: no index
+    except Exception:
         index = ""
     if index in ("", None):
         index = ctx.get_actor_name() or ""
@@ -143,7 +143,7 @@ class _Sampler(threading.Thread):
             self.samples += 1
             if self.samples % self.options["leak_check_every"] == 0:
                 self.sink.write_report(self.prober.report(**(self.options["leak_options"] or {})))
-        except Exception:  # noqa: BLE001 - a memory probe never breaks the worker
+        except Exception:
             self.failures += 1
             if self.failures >= 3:
                 self.stopped.set()
@@ -233,7 +233,8 @@ class _SetupHook:
         start_sampler(**self.options)
 
     def __repr__(self) -> str:
-        return f"memprobe_ray.setup_hook({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+        args = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"memprobe_ray.setup_hook({args})"
 
 
 def probed(target: F | None = None, **options: Any) -> Any:

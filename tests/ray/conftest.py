@@ -125,8 +125,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         memprobe_ray.require_ray_metrics()
     except memprobe_ray.RayMetricsUnavailable as exc:
         pytest.skip(str(exc))
-    import ray
     from ray.cluster_utils import Cluster
+
+    import ray
 
     os.environ["RAY_metrics_report_interval_ms"] = str(SCRAPE_SECONDS * 1000)
     ports = [free_port(), free_port()]

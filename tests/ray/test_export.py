@@ -94,7 +94,8 @@ def test_driver_and_actors_in_prometheus_and_leaker_ranked_first(ray_cluster, pr
                 assert values == sorted(values), s["metric"]
                 assert s["metric"]["__name__"].endswith("_total")
             # ...and every series is a gauge or counter with a name Prometheus keeps.
-            names = {m["__name__"] for m in _labels(prometheus.query('{__name__=~"ray_memprobe_.*"}'))}
+            every = prometheus.query('{__name__=~"ray_memprobe_.*"}')
+            names = {m["__name__"] for m in _labels(every)}
             for name in names:
                 assert not name.endswith(("_count", "_sum", "_bucket")), name
     finally:
