@@ -113,3 +113,27 @@ def test_every_dashboard_query_runs_and_the_panels_have_data(ray_cluster, promet
             empty.append((title, expr))
     # Leak culprits need tracemalloc sites, which the default probes do not give.
     assert [t for t, _ in empty if not t.startswith("Leak culprits")] == [], empty
+
+
+def test_probed_decorator_starts_one_sampler_for_a_class_and_a_function(ray_cluster, prometheus):
+    """In the driver (no setup hook there), named by the ``identity`` option."""
+    from memprobe_ray import probed, stop_sampler
+
+    @probed(interval_seconds=0.2, identity=lambda: ("actor", "Decorated", "d0"))
+    class Decorated:
+        def __init__(self, x: int) -> None:
+            self.x = x
+
+    @probed(interval_seconds=0.2, identity=lambda: ("task", "never", ""))
+    def work(x: int) -> int:
+        return x + 1
+
+    try:
+        assert Decorated(3).x == 3
+        assert work(1) == 2  # the class's sampler already runs: one per process
+        r = prometheus.wait_for('ray_memprobe_process_rss_bytes{name=~"Decorated|never"}',
+                                lambda r: len(r) >= 1)
+        assert [m["metric"]["name"] for m in r] == ["Decorated"]
+        assert r[0]["metric"]["index"] == "d0" and r[0]["metric"]["role"] == "actor"
+    finally:
+        stop_sampler()
