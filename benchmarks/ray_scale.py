@@ -91,12 +91,18 @@ def _scrape(port: int) -> tuple[float, int, int]:
     return statistics.median(times), len(body), series
 
 
-def _wait_series(port: int, expected_min: int, timeout: float = 60) -> None:
+def _wait_series(port: int, timeout: float = 180, gone: bool = False) -> None:
+    """Until the number of memprobe series has not changed over 3 scrapes 2 s apart
+    (``gone``: until there are none)."""
     deadline = time.monotonic() + timeout
+    seen: list[int] = []
     while time.monotonic() < deadline:
-        if _scrape(port)[2] >= expected_min:
+        seen.append(_scrape(port)[2])
+        if gone and seen[-1] == 0:
             return
-        time.sleep(1)
+        if not gone and len(seen) >= 3 and seen[-1] > 0 and len(set(seen[-3:])) == 1:
+            return
+        time.sleep(2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,9 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode, probes in MODES.items():
             actors = [Probed.remote(i) for i in range(n)]
             results = ray.get([a.run.remote(probes, args.samples) for a in actors])
-            per_actor_min = 10
-            _wait_series(port, per_actor_min * n)
-            time.sleep(3)  # one more report from every worker
+            _wait_series(port)
             scrape_s, size, series = _scrape(port)
             export = statistics.median(r["median_s"] for r in results)
             keys = statistics.median(r["keys"] for r in results)
@@ -129,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
             for a in actors:
                 ray.kill(a)
-            time.sleep(5)  # let the dead workers' series leave the scrape
+            _wait_series(port, gone=True)  # the dead workers' series leave the scrape
     ray.shutdown()
     return 0
 
