@@ -68,7 +68,7 @@ def current_node() -> str:
 
         if ray.is_initialized():
             return str(ray.get_runtime_context().get_node_id())
-    except Exception:
+    except Exception:  # a tag is never worth failing a sample for
         pass
     return ""
 
@@ -114,7 +114,7 @@ class _Declarations:
                 found = describe(key)
                 if isinstance(found, Metric):
                     return found
-            except Exception:
+            except Exception:  # a key the Prober does not know: the lookups below
                 pass
         section = PROBER_METRICS.get(probe)
         if section is not None:

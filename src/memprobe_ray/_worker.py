@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -37,6 +38,8 @@ DEFAULTS: Mapping[str, Any] = {
     "leak_options": None,
     "jsonl": None,
 }
+#: A sampler that fails this many times in a row stops (with a MemprobeWarning).
+MAX_FAILURES = 3
 #: Environment variable for the sampling interval of :func:`setup` (seconds).
 INTERVAL_ENV = "MEMPROBE_RAY_INTERVAL_SECONDS"
 
@@ -82,7 +85,7 @@ def ray_identity() -> tuple[str, str, str] | None:
         for instance in worker.actors.values():
             index = getattr(instance, "worker_index", "")
             break
-    except Exception:
+    except Exception:  # Ray's internals moved: no index
         index = ""
     if index in ("", None):
         index = ctx.get_actor_name() or ""
@@ -143,10 +146,18 @@ class _Sampler(threading.Thread):
             self.samples += 1
             if self.samples % self.options["leak_check_every"] == 0:
                 self.sink.write_report(self.prober.report(**(self.options["leak_options"] or {})))
-        except Exception:
+            self.failures = 0
+        except Exception as exc:  # a memory probe never breaks the worker it watches
             self.failures += 1
-            if self.failures >= 3:
+            if self.failures >= MAX_FAILURES:
                 self.stopped.set()
+                try:  # to the worker's log; never raised into the worker
+                    warnings.warn(
+                        f"memprobe_ray: the sampler of process {os.getpid()} stopped after "
+                        f"{MAX_FAILURES} failures in a row; the last: {type(exc).__name__}: {exc}",
+                        memprobe.MemprobeWarning, stacklevel=2)
+                except Exception:
+                    pass
 
     def run(self) -> None:
         # Until the process is named, look every 0.1 s: a short task must not slip by.
@@ -238,12 +249,17 @@ class _SetupHook:
 
 
 def probed(target: F | None = None, **options: Any) -> Any:
-    """Probe the processes of one actor class or one task: ``@memprobe_ray.probed`` below
-    ``@ray.remote`` is not needed; put it above the class or function, under ``@ray.remote``.
+    """Probe the processes of one actor class or one task, without the setup hook.
 
-    ``@ray.remote @probed class Worker: ...`` starts the sampler when an
-    instance is created; ``@ray.remote @probed def task(...)`` when the task
-    first runs in a process. Options as :func:`start_sampler`.
+    Put it under ``@ray.remote``::
+
+        @ray.remote
+        @memprobe_ray.probed(interval_seconds=2)
+        class Replay: ...
+
+    On a class, the sampler starts when an instance is created; on a function,
+    when the task first runs in a process. One sampler per process, whatever
+    starts it. Options as :func:`start_sampler`.
     """
     if target is None:
         return functools.partial(probed, **options)
