@@ -27,6 +27,7 @@ import os
 import socket
 import statistics
 import sys
+import threading
 import time
 import urllib.request
 
@@ -69,8 +70,15 @@ class Probed:
                 costs.append(time.perf_counter() - t0)
                 time.sleep(0.02)
             keys = len(prober.history[-1].values)
-        self.sink = sink  # keep the Ray metric objects alive until the actor ends
+        # Keep the series alive until the actor is killed, as the sampler does.
+        threading.Thread(target=self._refresh, args=(sink,), daemon=True).start()
         return {"median_s": statistics.median(costs), "keys": keys}
+
+    @staticmethod
+    def _refresh(sink: object) -> None:
+        while True:
+            sink.refresh()  # type: ignore[attr-defined]
+            time.sleep(0.5)
 
 
 def _free_port() -> int:

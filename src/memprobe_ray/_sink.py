@@ -8,9 +8,10 @@ Tags are bounded by design: ``role``, ``name`` (an actor class, a task name or a
 name the user gives), ``index`` (an EnvRunner's or Learner's index, or ``""``)
 and ``node`` (the Ray node id). Never the pid: a restarted actor with the same
 role, name and index continues the same series. A site or type tag (``site``)
-takes at most ``max_sites`` values per metric in a process, the first ones seen
-(memprobe's tracemalloc and objects probes report their top sites); later sites
-are summed under ``site="other"``.
+goes to the ``max_sites`` sites of each sample with the largest values; the
+others are summed under ``site="other"``. So a process has at most
+``max_sites + 1`` series per site metric at any time; a site that leaves the top
+is no longer recorded, and Ray's agent drops its series.
 """
 
 from __future__ import annotations
@@ -83,6 +84,11 @@ BUILTIN_DECLARATIONS: Mapping[str, Mapping[str, Metric]] = {
         "gen<N>/collected_count": Metric("objects collected in generation N", "count", "counter"),
         "gen<N>/uncollectable_count": Metric("uncollectable objects found", "count", "counter"),
     },
+    "tracemalloc": {
+        "top/<site>/count": Metric("live blocks allocated at the site", "count"),
+        "growth/<site>/count": Metric("change of the site's live blocks", "count", "interval"),
+        "survivors/<site>/count": Metric("surviving blocks by site", "count"),
+    },
 }
 
 
@@ -134,7 +140,8 @@ class RayMetricsSink:
     :param name: an actor class, a task name or any name of the user's (a bounded set!).
     :param index: an EnvRunner's or Learner's index, or ``""``.
     :param node: the Ray node id; default: this process's, when Ray is initialized.
-    :param max_sites: most ``site`` tag values per metric in this process (the rest: ``other``).
+    :param max_sites: sites per metric with their own ``site`` tag in each sample, the
+        largest (the rest: ``site="other"``); also the most culprit tags per process.
     :raises RayMetricsUnavailable: ray[default] is not installed.
     """
 
@@ -154,8 +161,10 @@ class RayMetricsSink:
         self._metrics: dict[str, Any] = {}  # Prometheus name -> Ray metric object
         self._descriptions: dict[str, str] = {}  # Prometheus name -> the declared description
         self._last: dict[tuple[str, str], float] = {}  # counter (name, site) -> last cumulative
-        self._sites: dict[str, list[str]] = {}  # name -> admitted site tag values
+        self._sites: dict[str, list[str]] = {}  # culprit tag values admitted
         self._culprits: dict[str, int] = {}  # culprit -> rank last exported
+        self._gauges: dict[tuple[str, str], float] = {}  # (name, site) -> last value set
+        self._leak_gauges: dict[tuple[str, str], float] = {}
         self.samples_written = 0
         self.closed = False
 
@@ -209,26 +218,53 @@ class RayMetricsSink:
                 if self._prefix is None:
                     return  # not a Prober's sample: nothing to name its keys by
             gauges: dict[tuple[str, str], float] = {}
+            by_site: dict[str, list[tuple[float, str]]] = {}  # name -> [(value, site)]
             for key, value in sample.values.items():
                 plan = self._plan.get(key, False)
                 if plan is False:
                     plan = self._plan[key] = self._plan_key(key)
                 if plan is None:
                     continue
-                site = "" if plan.site is None else self._site_tag(plan.name, plan.site)
-                slot = (plan.name, site)
-                if plan.kind == "counter":
-                    self._count(plan, site, float(value))
+                if plan.site is not None:
+                    if plan.kind == "counter":
+                        continue  # no site metric is cumulative; a per-site counter is not kept
+                    by_site.setdefault(plan.name, []).append((float(value), plan.site))
+                elif plan.kind == "counter":
+                    self._count(plan, "", float(value))
                 else:
-                    if site == "other":
-                        gauges[slot] = gauges.get(slot, 0.0) + float(value)
+                    gauges[(plan.name, "")] = float(value)
+            # This sample's top max_sites sites by value keep their tag; the rest are summed.
+            for name, values in by_site.items():
+                values.sort(key=lambda vs: -abs(vs[0]))
+                for rank, (value, site) in enumerate(values):
+                    if rank < self.max_sites and site != "other":
+                        gauges[(name, site)] = value
                     else:
-                        gauges[slot] = float(value)
-            for (name, site), value in gauges.items():
-                extra = ("site",) if site else ()
-                m = self._metric(name, "gauge", "", extra)
-                m.set(value, tags={"site": site} if site else None)
+                        gauges[(name, "other")] = gauges.get((name, "other"), 0.0) + value
+            self._set_gauges(gauges)
+            self._gauges = {**self._leak_gauges, **gauges}
             self.samples_written += 1
+
+    def _set_gauges(self, gauges: Mapping[tuple[str, str], float]) -> None:
+        for (name, site), value in gauges.items():
+            extra = ("site",) if site else ()
+            m = self._metric(name, "gauge", "", extra)
+            m.set(value, tags={"site": site} if site else None)
+
+    def refresh(self) -> None:
+        """Record every gauge's last value again.
+
+        Ray's metrics agent drops a gauge not recorded for two report intervals
+        (20 s by default): a process sampled less often than that calls this
+        in between, so that its series stay continuous.
+        """
+        if self.closed:
+            return
+        with self._lock:
+            self._set_gauges(self._gauges)
+            culprits = self._metrics.get("memprobe_leak_culprit_rank")
+            for tag, rank in self._culprits.items():
+                culprits.set(float(rank), tags={"culprit": tag})
 
     def _count(self, plan: PromMetric, site: str, value: float) -> None:
         """An interval's amount, or a cumulative value's growth, added to a counter if > 0."""
@@ -256,12 +292,16 @@ class RayMetricsSink:
         with self._lock:
             leaks = report.leaks
             worst = max(leaks, key=lambda v: v.rate_per_hour or 0.0, default=None)
-            self._metric("memprobe_leak_suspect", "gauge",
-                         "1 while a metric of this process is judged leaking, else 0", ()
-                         ).set(1.0 if leaks else 0.0)
+            self._descriptions.setdefault(
+                "memprobe_leak_suspect", "1 while a metric of this process is judged leaking")
+            self._descriptions.setdefault(
+                "memprobe_leak_rate_per_hour_bytes", "growth per hour of the worst leaking metric")
             rate = 0.0 if worst is None or worst.rate_per_hour is None else worst.rate_per_hour
-            self._metric("memprobe_leak_rate_per_hour_bytes", "gauge",
-                         "growth per hour of the worst leaking metric, bytes", ()).set(rate)
+            verdict = {("memprobe_leak_suspect", ""): 1.0 if leaks else 0.0,
+                       ("memprobe_leak_rate_per_hour_bytes", ""): float(rate)}
+            self._set_gauges(verdict)
+            self._leak_gauges = verdict
+            self._gauges.update(verdict)
             ranks: dict[str, int] = {}
             for v in leaks:
                 for c in v.culprits:

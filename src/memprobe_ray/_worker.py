@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -38,6 +39,9 @@ DEFAULTS: Mapping[str, Any] = {
     "leak_options": None,
     "jsonl": None,
 }
+#: The longest a sampler leaves its gauges unrecorded (Ray's default report interval
+#: is 10 s, and its agent drops a gauge not recorded for two of them).
+REFRESH_SECONDS = 5.0
 #: A sampler that fails this many times in a row stops (with a MemprobeWarning).
 MAX_FAILURES = 3
 #: Environment variable for the sampling interval of :func:`setup` (seconds).
@@ -160,12 +164,22 @@ class _Sampler(threading.Thread):
                     pass
 
     def run(self) -> None:
+        interval = self.options["interval_seconds"]
+        next_sample = time.monotonic()
         # Until the process is named, look every 0.1 s: a short task must not slip by.
+        # Then wake at least every REFRESH_SECONDS: Ray drops a gauge left unset for
+        # two report intervals, so between samples the sink records its gauges again.
         while not self.stopped.wait(
-            self.options["interval_seconds"] if self.prober is not None
-            else min(self.options["interval_seconds"], 0.1)
+            min(interval, REFRESH_SECONDS) if self.prober is not None else min(interval, 0.1)
         ):
-            self.step()
+            if time.monotonic() >= next_sample or self.prober is None:
+                next_sample = time.monotonic() + interval
+                self.step()
+            elif self.sink is not None:
+                try:
+                    self.sink.refresh()
+                except Exception:  # a memory probe never breaks the worker it watches
+                    self.failures += 1
         if self.prober is not None:
             self.prober.stop()
             self.prober.sink.close()  # type: ignore[union-attr]

@@ -137,3 +137,31 @@ def test_probed_decorator_starts_one_sampler_for_a_class_and_a_function(ray_clus
         assert r[0]["metric"]["index"] == "d0" and r[0]["metric"]["role"] == "actor"
     finally:
         stop_sampler()
+
+
+def test_site_tags_are_capped_and_the_rest_summed_as_other(ray_cluster, prometheus):
+    sink = RayMetricsSink(role="driver", name="sitecap", max_sites=2)
+    prober = memprobe.Prober({"tracemalloc": {"top": 10}}, sink=sink)
+    sink.bind(prober)
+    query = 'ray_memprobe_tracemalloc_top_size_bytes{name="sitecap"}'
+    kept = []
+    seen: list[set] = []
+    with prober:
+        deadline = time.monotonic() + 60
+        for i in range(1000):
+            kept.append([bytearray(100 + i) for _ in range(50)])  # the largest site
+            kept.append(str(i) * 1000)
+            prober.sample(step=i)
+            time.sleep(0.3)
+            if i >= 20:
+                seen.append({m["metric"]["site"] for m in prometheus.query(query)})
+                if (len(seen) >= 10 and len(seen[-1]) == 3) or time.monotonic() > deadline:
+                    break
+        sites = {k for s in prober.history for k in s.values if "/top/" in k}
+    sink.close()
+    assert len(sites) > 2 * 10  # tracemalloc reported many sites (size and count each)
+    # The 2 largest sites of each sample and "other", however many sites there were
+    # (a site that leaves the top is no longer set, and Ray drops its series).
+    assert len(seen[-1]) == 3 and "other" in seen[-1], seen
+    assert any("test_export.py:" in s for s in seen[-1]), seen  # the growing lists
+    assert all(len(s) <= 3 for s in seen), seen
