@@ -60,7 +60,7 @@ def test_data_map_batches_tasks_are_probed(ray_cluster, prometheus):
     import ray.data
 
     def slow_double(batch: dict) -> dict:
-        time.sleep(1)
+        time.sleep(3)  # long enough to be sampled and scraped before Ray reaps the worker
         return {"id": batch["id"] * 2}
 
     ds = ray.data.range(64, override_num_blocks=8).map_batches(slow_double, batch_size=8)
