@@ -1,0 +1,326 @@
+"""The ``ray_metrics`` sink: every sample exported through ``ray.util.metrics``.
+
+Ray's per-node metrics agent collects what each worker records and serves it to
+Prometheus (``ray_`` is prepended to each name). One sink lives in each process
+and creates its Ray metric objects there, on first use.
+
+Tags are bounded by design: ``role``, ``name`` (an actor class, a task name or a
+name the user gives), ``index`` (an EnvRunner's or Learner's index, or ``""``)
+and ``node`` (the Ray node id). Never the pid: a restarted actor with the same
+role, name and index continues the same series. A site or type tag (``site``)
+goes to the ``max_sites`` sites of each sample with the largest values; the
+others are summed under ``site="other"``. So a process has at most
+``max_sites + 1`` series per site metric at any time; a site that leaves the top
+is no longer recorded, and Ray's agent drops its series.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from memprobe import Report, Sample
+from memprobe.keys import infer_prefix, split_key
+from memprobe.metrics import PROBER_METRICS, Metric, lookup
+
+from ._names import PromMetric, prom_metric
+
+#: The tags every memprobe series carries.
+TAG_KEYS = ("role", "name", "index", "node")
+#: The install hint the missing-extra error gives.
+EXTRA_HINT = 'pip install "memprobe[ray]"'
+#: How many culprits (sites or types) of a leak verdict are exported, ranked 1..N.
+MAX_CULPRITS = 3
+
+
+class RayMetricsUnavailable(ImportError):
+    """ray.util.metrics cannot export here: ray, or ray[default]'s metrics agent, is missing."""
+
+
+def require_ray_metrics() -> Any:
+    """``ray.util.metrics``, or a one-line :class:`RayMetricsUnavailable` naming the extra.
+
+    Without ``ray[default]`` Ray's metrics agent loads no exporter and every
+    recorded value is silently dropped, so that case is an error too.
+    """
+    try:
+        import ray.util.metrics as ray_metrics
+    except ImportError as exc:
+        raise RayMetricsUnavailable(
+            f"the ray_metrics sink needs Ray with its metrics agent: {EXTRA_HINT} ({exc})"
+        ) from None
+    try:
+        import aiohttp  # noqa: F401  (ray[default]'s agent modules need these)
+        import opencensus  # noqa: F401
+        import prometheus_client  # noqa: F401
+    except ImportError as exc:
+        raise RayMetricsUnavailable(
+            f"the ray_metrics sink needs ray[default], whose metrics agent exports to "
+            f"Prometheus: {EXTRA_HINT} (missing {exc.name})"
+        ) from None
+    return ray_metrics
+
+
+def current_node() -> str:
+    """The Ray node id of this process (``""`` outside a Ray worker or driver)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # a tag is never worth failing a sample for
+        pass
+    return ""
+
+
+#: Kinds of the built-in probes' cumulative and per-interval metrics, used only where
+#: the probe's own declaration is a plain description (no :class:`Metric` yet).
+BUILTIN_DECLARATIONS: Mapping[str, Mapping[str, Metric]] = {
+    "gc": {
+        "collection_seconds": Metric("gc time since the previous sample", "seconds", "interval"),
+        "collection_seconds_total": Metric("gc time since start", "seconds", "counter"),
+        "gen<N>/collections_count": Metric("collections of generation N", "count", "counter"),
+        "gen<N>/collected_count": Metric("objects collected in generation N", "count", "counter"),
+        "gen<N>/uncollectable_count": Metric("uncollectable objects found", "count", "counter"),
+    },
+    "tracemalloc": {
+        "top/<site>/count": Metric("live blocks allocated at the site", "count"),
+        "growth/<site>/count": Metric("change of the site's live blocks", "count", "interval"),
+        "survivors/<site>/count": Metric("surviving blocks by site", "count"),
+    },
+}
+
+
+class _Declarations:
+    """Finds the declaration of a key: the Prober's, else its probe class's, else the default."""
+
+    def __init__(self) -> None:
+        self.prober: Any = None
+        self._probe_metrics: dict[str, Mapping[str, Any]] | None = None
+
+    def _registry(self) -> dict[str, Mapping[str, Any]]:
+        if self._probe_metrics is None:
+            import memprobe
+
+            found: dict[str, Mapping[str, Any]] = {}
+
+            def register(name: str, factory: Callable[..., Any]) -> None:
+                found[name] = getattr(factory, "metrics", None) or {}
+
+            pm = memprobe.get_plugin_manager()
+            pm.hook.memprobe_register_probes(register=register)
+            self._probe_metrics = found
+        return self._probe_metrics
+
+    def __call__(self, key: str, probe: str, metric: str) -> Metric:
+        describe = getattr(self.prober, "describe", None)
+        if describe is not None:
+            try:
+                found = describe(key)
+                if isinstance(found, Metric):
+                    return found
+            except Exception:  # a key the Prober does not know: the lookups below
+                pass
+        section = PROBER_METRICS.get(probe)
+        if section is not None:
+            return lookup(section, metric)
+        declared = self._registry().get(probe)
+        builtin = BUILTIN_DECLARATIONS.get(probe)
+        plain = not any(isinstance(d, Metric) for d in (declared or {}).values())
+        if builtin is not None and plain:
+            return lookup(builtin, metric)
+        return lookup(declared, metric)
+
+
+class RayMetricsSink:
+    """Exports each sample through ``ray.util.metrics``: usable as ``Prober(sink=...)``.
+
+    :param role: ``driver``, ``env_runner``, ``learner``, ``worker``, ``actor``, ``task``...
+    :param name: an actor class, a task name or any name of the user's (a bounded set!).
+    :param index: an EnvRunner's or Learner's index, or ``""``.
+    :param node: the Ray node id; default: this process's, when Ray is initialized.
+    :param max_sites: sites per metric with their own ``site`` tag in each sample, the
+        largest (the rest: ``site="other"``); also the most culprit tags per process.
+    :raises RayMetricsUnavailable: ray[default] is not installed.
+    """
+
+    def __init__(self, *, role: str = "worker", name: str = "", index: int | str = "",
+                 node: str | None = None, max_sites: int = 5) -> None:
+        self._ray_metrics = require_ray_metrics()
+        if not isinstance(max_sites, int) or isinstance(max_sites, bool) or max_sites < 0:
+            raise ValueError(f"max_sites must be an int >= 0, got {max_sites!r}")
+        self.max_sites = max_sites
+        self.tags = {"role": str(role), "name": str(name), "index": str(index),
+                     "node": current_node() if node is None else str(node)}
+        self.describe = _Declarations()
+        self._lock = threading.Lock()
+        self._prefix: str | None = None
+        self._plan: dict[str, PromMetric | None] = {}  # key -> how it is exported
+        self._owners: dict[tuple[str, str | None], str] = {}  # (name, site) -> its key
+        self._metrics: dict[str, Any] = {}  # Prometheus name -> Ray metric object
+        self._descriptions: dict[str, str] = {}  # Prometheus name -> the declared description
+        self._last: dict[tuple[str, str], float] = {}  # counter (name, site) -> last cumulative
+        self._sites: dict[str, list[str]] = {}  # culprit tag values admitted
+        self._culprits: dict[str, int] = {}  # culprit -> rank last exported
+        self._gauges: dict[tuple[str, str], float] = {}  # (name, site) -> last value set
+        self._leak_gauges: dict[tuple[str, str], float] = {}
+        self.samples_written = 0
+        self.closed = False
+
+    def bind(self, prober: Any) -> RayMetricsSink:
+        """Read declarations from ``prober`` (its ``describe``, else its probes')."""
+        self.describe.prober = prober
+        return self
+
+    # -- Ray metric objects ------------------------------------------------------------
+    def _metric(self, name: str, kind: str, description: str, extra: tuple[str, ...]) -> Any:
+        m = self._metrics.get(name)
+        if m is None:
+            cls = self._ray_metrics.Counter if kind == "counter" else self._ray_metrics.Gauge
+            description = description or self._descriptions.get(name) or name
+            m = cls(name, description=description, tag_keys=TAG_KEYS + extra)
+            m.set_default_tags(self.tags)
+            self._metrics[name] = m
+        return m
+
+    def _plan_key(self, key: str) -> PromMetric | None:
+        if self._prefix is None:
+            return None
+        try:
+            parts = split_key(key, self._prefix)
+        except ValueError:
+            return None
+        declared = self.describe(key, parts.probe, parts.metric)
+        plan = prom_metric(parts.probe, parts.metric, declared)
+        self._descriptions.setdefault(plan.name, declared.description)
+        # Two keys with one name (gc's per-interval and cumulative seconds): the first wins.
+        owner = self._owners.setdefault((plan.name, plan.site), key)
+        return plan if owner == key else None
+
+    def _site_tag(self, name: str, site: str) -> str:
+        admitted = self._sites.setdefault(name, [])
+        if site in admitted:
+            return site
+        if len(admitted) < self.max_sites:
+            admitted.append(site)
+            return site
+        return "other"
+
+    # -- Sink -------------------------------------------------------------------------
+    def write(self, sample: Sample) -> None:
+        """Record every value of ``sample``: gauges set, counters increased by their growth."""
+        if self.closed:
+            return
+        with self._lock:
+            if self._prefix is None:
+                self._prefix = infer_prefix(sample.values)
+                if self._prefix is None:
+                    return  # not a Prober's sample: nothing to name its keys by
+            gauges: dict[tuple[str, str], float] = {}
+            by_site: dict[str, list[tuple[float, str]]] = {}  # name -> [(value, site)]
+            for key, value in sample.values.items():
+                plan = self._plan.get(key, False)
+                if plan is False:
+                    plan = self._plan[key] = self._plan_key(key)
+                if plan is None:
+                    continue
+                if plan.site is not None:
+                    if plan.kind == "counter":
+                        continue  # no site metric is cumulative; a per-site counter is not kept
+                    by_site.setdefault(plan.name, []).append((float(value), plan.site))
+                elif plan.kind == "counter":
+                    self._count(plan, "", float(value))
+                else:
+                    gauges[(plan.name, "")] = float(value)
+            # This sample's top max_sites sites by value keep their tag; the rest are summed.
+            for name, values in by_site.items():
+                values.sort(key=lambda vs: -abs(vs[0]))
+                for rank, (value, site) in enumerate(values):
+                    if rank < self.max_sites and site != "other":
+                        gauges[(name, site)] = value
+                    else:
+                        gauges[(name, "other")] = gauges.get((name, "other"), 0.0) + value
+            self._set_gauges(gauges)
+            self._gauges = {**self._leak_gauges, **gauges}
+            self.samples_written += 1
+
+    def _set_gauges(self, gauges: Mapping[tuple[str, str], float]) -> None:
+        for (name, site), value in gauges.items():
+            extra = ("site",) if site else ()
+            m = self._metric(name, "gauge", "", extra)
+            m.set(value, tags={"site": site} if site else None)
+
+    def refresh(self) -> None:
+        """Record every gauge's last value again.
+
+        Ray's metrics agent drops a gauge not recorded for two report intervals
+        (20 s by default): a process sampled less often than that calls this
+        in between, so that its series stay continuous.
+        """
+        if self.closed:
+            return
+        with self._lock:
+            self._set_gauges(self._gauges)
+            culprits = self._metrics.get("memprobe_leak_culprit_rank")
+            for tag, rank in self._culprits.items():
+                culprits.set(float(rank), tags={"culprit": tag})
+
+    def _count(self, plan: PromMetric, site: str, value: float) -> None:
+        """An interval's amount, or a cumulative value's growth, added to a counter if > 0."""
+        if plan.amount:
+            increase = value
+        else:
+            slot = (plan.name, site)
+            last = self._last.get(slot, 0.0)
+            increase = value - last if value >= last else value  # below last: a reset
+            self._last[slot] = value
+        if increase > 0:
+            extra = ("site",) if site else ()
+            self._metric(plan.name, "counter", "", extra).inc(
+                increase, tags={"site": site} if site else None
+            )
+
+    def write_report(self, report: Report) -> None:
+        """Export leak verdicts: ``memprobe_leak_suspect`` (0/1), ``..._rate_per_hour_bytes``
+        of the worst leaking metric, and ``memprobe_leak_culprit_rank{culprit}`` (1 is the
+        likeliest; 0 once no longer a culprit), at most :data:`MAX_CULPRITS` at a time and
+        ``max_sites`` culprit values ever per process.
+        """
+        if self.closed:
+            return
+        with self._lock:
+            leaks = report.leaks
+            worst = max(leaks, key=lambda v: v.rate_per_hour or 0.0, default=None)
+            self._descriptions.setdefault(
+                "memprobe_leak_suspect", "1 while a metric of this process is judged leaking")
+            self._descriptions.setdefault(
+                "memprobe_leak_rate_per_hour_bytes", "growth per hour of the worst leaking metric")
+            rate = 0.0 if worst is None or worst.rate_per_hour is None else worst.rate_per_hour
+            verdict = {("memprobe_leak_suspect", ""): 1.0 if leaks else 0.0,
+                       ("memprobe_leak_rate_per_hour_bytes", ""): float(rate)}
+            self._set_gauges(verdict)
+            self._leak_gauges = verdict
+            self._gauges.update(verdict)
+            ranks: dict[str, int] = {}
+            for v in leaks:
+                for c in v.culprits:
+                    if c not in ranks and len(ranks) < MAX_CULPRITS:
+                        ranks[c] = len(ranks) + 1
+            m = self._metric("memprobe_leak_culprit_rank", "gauge",
+                             "rank of a likely leak cause (1: likeliest; 0: not now)",
+                             ("culprit",))
+            now: dict[str, int] = {}
+            for culprit, rank in ranks.items():
+                tag = self._site_tag("memprobe_leak_culprit_rank", culprit)
+                if tag != "other" and tag not in now:
+                    now[tag] = rank
+            for tag in set(self._culprits) - set(now):
+                m.set(0.0, tags={"culprit": tag})
+            for tag, rank in now.items():
+                m.set(float(rank), tags={"culprit": tag})
+            self._culprits = {**dict.fromkeys(self._culprits, 0), **now}
+
+    def close(self) -> None:
+        """Stop exporting; Ray drops this process's series when the process ends."""
+        self.closed = True

@@ -1,0 +1,297 @@
+"""Probing Ray workers with no change to the user's code: a background sampler per process.
+
+``ray.init(runtime_env={"worker_process_setup_hook": "memprobe_ray.setup"})``
+runs :func:`setup` in every worker process of the job. It starts one daemon
+thread that samples the process every ``interval_seconds`` into a
+:class:`~memprobe_ray.RayMetricsSink`, and every ``leak_check_every`` samples
+judges the history for leaks and exports the verdict.
+
+The thread names the process by what it runs, read from the process title Ray
+sets (``ray::<Class>.<method>`` in an actor, ``ray::<task>`` in a task worker):
+the actor class or the task name, kept once known. A process that has run
+nothing yet (``ray::IDLE``, Ray's pool of spare workers) or an actor still in
+its constructor exports nothing yet.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import memprobe
+
+from ._sink import RayMetricsSink
+
+F = TypeVar("F")
+
+#: Sampler options and their defaults (:func:`setup_hook`, :func:`probed`).
+DEFAULTS: Mapping[str, Any] = {
+    "probes": ("process", "gc"),
+    "interval_seconds": 5.0,
+    "leak_check_every": 12,
+    "history": 360,
+    "max_sites": 5,
+    "leak_options": None,
+    "jsonl": None,
+}
+#: The longest a sampler leaves its gauges unrecorded (Ray's default report interval
+#: is 10 s, and its agent drops a gauge not recorded for two of them).
+REFRESH_SECONDS = 5.0
+#: A sampler that fails this many times in a row stops (with a MemprobeWarning).
+MAX_FAILURES = 3
+#: Environment variable for the sampling interval of :func:`setup` (seconds).
+INTERVAL_ENV = "MEMPROBE_RAY_INTERVAL_SECONDS"
+
+_LOCK = threading.Lock()
+_SAMPLER: _Sampler | None = None
+
+
+def _role_of(cls_name: str) -> str:
+    if "EnvRunner" in cls_name:
+        return "env_runner"
+    if "Learner" in cls_name:
+        return "learner"
+    return "actor"
+
+
+def ray_identity() -> tuple[str, str, str] | None:
+    """``(role, name, index)`` of this Ray worker from what it runs, ``None`` while idle.
+
+    An actor: role ``env_runner``/``learner``/``actor``, its class, and its
+    ``worker_index`` (RLlib's EnvRunners and Learners) or the name it was given.
+    A task worker: role ``task`` and the task's function name.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    title = ray._raylet.getproctitle()
+    if not title.startswith("ray::"):
+        return None
+    running = title[len("ray::"):].split("(", 1)[0].strip()
+    if not running or running == "IDLE":
+        return None
+    ctx = ray.get_runtime_context()
+    actor_id = ctx.get_actor_id()
+    if actor_id is None:
+        return ("task", running, "")
+    cls_name, _, method = running.partition(".")
+    if method == "__init__":
+        return None  # its attributes (worker_index) are not set yet
+    index: Any = ""
+    try:  # the actor instance, for RLlib's worker_index
+        worker = ray._private.worker.global_worker
+        for instance in worker.actors.values():
+            index = getattr(instance, "worker_index", "")
+            break
+    except Exception:  # Ray's internals moved: no index
+        index = ""
+    if index in ("", None):
+        index = ctx.get_actor_name() or ""
+    return (_role_of(cls_name), cls_name, str(index))
+
+
+class Tee:
+    """A sink that writes each sample to several sinks, in order."""
+
+    def __init__(self, *sinks: Any) -> None:
+        self.sinks = sinks
+
+    def write(self, sample: Any) -> None:
+        for sink in self.sinks:
+            sink.write(sample)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+class _Sampler(threading.Thread):
+    """Samples this process until the process ends (a daemon thread)."""
+
+    def __init__(self, options: Mapping[str, Any],
+                 identity: Callable[[], tuple[str, str, str] | None]) -> None:
+        super().__init__(name="memprobe-ray-sampler", daemon=True)
+        self.options = {**DEFAULTS, **options}
+        self.identity = identity
+        self.stopped = threading.Event()
+        self.prober: memprobe.Prober | None = None
+        self.sink: RayMetricsSink | None = None
+        self.failures = 0
+        self.samples = 0
+
+    def _build(self, role: str, name: str, index: str) -> None:
+        o = self.options
+        self.sink = RayMetricsSink(role=role, name=name, index=index, max_sites=o["max_sites"])
+        sink: Any = self.sink
+        if o["jsonl"]:
+            jsonl = memprobe.JsonlSink(o["jsonl"], tags={**self.sink.tags})
+            sink = Tee(self.sink, jsonl)
+        self.prober = memprobe.Prober(o["probes"], history=o["history"], sink=sink)
+        self.sink.bind(self.prober)
+        self.prober.start()
+
+    def step(self) -> None:
+        """One sample (and, when due, one leak verdict); never raises."""
+        try:
+            if self.prober is None:
+                who = self.identity()
+                if who is None:
+                    return
+                self._build(*who)
+            assert self.prober is not None and self.sink is not None
+            if not self.prober.sample():
+                return
+            self.samples += 1
+            if self.samples % self.options["leak_check_every"] == 0:
+                self.sink.write_report(self.prober.report(**(self.options["leak_options"] or {})))
+            self.failures = 0
+        except Exception as exc:  # a memory probe never breaks the worker it watches
+            self.failures += 1
+            if self.failures >= MAX_FAILURES:
+                self.stopped.set()
+                try:  # to the worker's log; never raised into the worker
+                    warnings.warn(
+                        f"memprobe_ray: the sampler of process {os.getpid()} stopped after "
+                        f"{MAX_FAILURES} failures in a row; the last: {type(exc).__name__}: {exc}",
+                        memprobe.MemprobeWarning, stacklevel=2)
+                except Exception:
+                    pass
+
+    def run(self) -> None:
+        interval = self.options["interval_seconds"]
+        next_sample = time.monotonic()
+        # Until the process is named, look every 0.1 s: a short task must not slip by.
+        # Then wake at least every REFRESH_SECONDS: Ray drops a gauge left unset for
+        # two report intervals, so between samples the sink records its gauges again.
+        while not self.stopped.wait(
+            min(interval, REFRESH_SECONDS) if self.prober is not None else min(interval, 0.1)
+        ):
+            if time.monotonic() >= next_sample or self.prober is None:
+                next_sample = time.monotonic() + interval
+                self.step()
+            elif self.sink is not None:
+                try:
+                    self.sink.refresh()
+                except Exception:  # a memory probe never breaks the worker it watches
+                    self.failures += 1
+        if self.prober is not None:
+            self.prober.stop()
+            self.prober.sink.close()  # type: ignore[union-attr]
+
+
+def start_sampler(**options: Any) -> bool:
+    """Start this process's sampler thread (once per process); ``False`` if already running.
+
+    :param options: any of :data:`DEFAULTS` (``probes``, ``interval_seconds``,
+        ``leak_check_every``, ``history``, ``max_sites``, ``leak_options`` for
+        :func:`memprobe.analyze_samples` such as ``thresholds``; ``jsonl``, a
+        path with ``{pid}`` on each node for a JSONL file per process as well,
+        its lines tagged ``role``, ``name``, ``index``, ``node``), and ``identity``, a
+        callable returning ``(role, name, index)`` or ``None`` while not yet known.
+    :raises memprobe_ray.RayMetricsUnavailable: ray[default] is not installed.
+    """
+    global _SAMPLER
+    from ._sink import require_ray_metrics
+
+    require_ray_metrics()
+    identity = options.pop("identity", ray_identity)
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise TypeError(f"unknown sampler option(s) {unknown}; options are {sorted(DEFAULTS)}")
+    with _LOCK:
+        if _SAMPLER is not None and _SAMPLER.is_alive() and _SAMPLER.pid == os.getpid():
+            return False
+        _SAMPLER = _Sampler(options, identity)
+        _SAMPLER.pid = os.getpid()  # type: ignore[attr-defined]
+        _SAMPLER.start()
+        return True
+
+
+def stop_sampler() -> None:
+    """Stop this process's sampler thread, if any (it takes its last sample no more)."""
+    global _SAMPLER
+    with _LOCK:
+        s, _SAMPLER = _SAMPLER, None
+    if s is not None:
+        s.stopped.set()
+        if s is not threading.current_thread():
+            s.join(timeout=5)
+
+
+def setup() -> None:
+    """The worker setup hook: ``runtime_env={"worker_process_setup_hook": "memprobe_ray.setup"}``.
+
+    Samples every :data:`INTERVAL_ENV` seconds (default 5), set through
+    ``runtime_env={"env_vars": {...}}``; use :func:`setup_hook` for other options.
+    """
+    interval = float(os.environ.get(INTERVAL_ENV, DEFAULTS["interval_seconds"]))
+    start_sampler(interval_seconds=interval)
+
+
+def setup_hook(**options: Any) -> Callable[[], None]:
+    """A worker setup hook with these sampler options (see :func:`start_sampler`).
+
+    >>> hook = setup_hook(interval_seconds=1.0)
+    >>> callable(hook)
+    True
+    """
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise TypeError(f"unknown sampler option(s) {unknown}; options are {sorted(DEFAULTS)}")
+    return _SetupHook(options)
+
+
+class _SetupHook:
+    """A picklable setup hook with options; Ray names it by ``__name__`` when exporting it."""
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = dict(options)
+        self.__name__ = "memprobe_ray.setup_hook"
+
+    def __call__(self) -> None:
+        start_sampler(**self.options)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"memprobe_ray.setup_hook({args})"
+
+
+def probed(target: F | None = None, **options: Any) -> Any:
+    """Probe the processes of one actor class or one task, without the setup hook.
+
+    Put it under ``@ray.remote``::
+
+        @ray.remote
+        @memprobe_ray.probed(interval_seconds=2)
+        class Replay: ...
+
+    On a class, the sampler starts when an instance is created; on a function,
+    when the task first runs in a process. One sampler per process, whatever
+    starts it. Options as :func:`start_sampler`.
+    """
+    if target is None:
+        return functools.partial(probed, **options)
+    if isinstance(target, type):
+        init = target.__init__
+
+        @functools.wraps(init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            start_sampler(**options)
+
+        target.__init__ = __init__  # type: ignore[misc]
+        return target
+    fn: Callable[..., Any] = target  # type: ignore[assignment]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        start_sampler(**options)
+        return fn(*args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,53 @@
+"""A PPO run with 2 EnvRunners, every process probed by the setup hook, seen in Prometheus."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from memprobe_ray import dashboard, start_sampler, stop_sampler
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.rllib")
+
+
+def test_ppo_driver_and_each_env_runner_exported_and_the_leaker_first(ray_cluster, prometheus):
+    from memprobe_ray_test_envs import LeakyOnRunnerOne
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    config = (
+        PPOConfig()
+        .environment(LeakyOnRunnerOne)
+        .env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5)
+        .training(train_batch_size=256, minibatch_size=64, num_epochs=1)
+        .debugging(log_level="ERROR")
+    )
+    algo = config.build_algo()
+    # The driver has no setup hook: its sampler is started by hand, named "driver".
+    start_sampler(interval_seconds=0.5, identity=lambda: ("driver", "ppo", ""))
+    try:
+        t_end = time.monotonic() + 20
+        while time.monotonic() < t_end:
+            algo.train()
+        rss = prometheus.wait_for(
+            'ray_memprobe_process_rss_bytes{role=~"driver|env_runner"}',
+            lambda r: {(m["metric"]["role"], m["metric"].get("index", "")) for m in r}
+            >= {("driver", ""), ("env_runner", "1"), ("env_runner", "2")},
+        )
+        runners = [m["metric"] for m in rss if m["metric"]["role"] == "env_runner"]
+        assert {m["name"] for m in runners} == {"SingleAgentEnvRunner"}
+        assert len(runners) == 2, runners  # one series per EnvRunner, no duplicates
+
+        expr = dict(dashboard.queries(variables={"window": "20s", "k": "3"}))
+        top = next(q for t, q in expr.items() if t.startswith("Top "))
+        ranked = prometheus.query(f"sort_desc({top})")
+        first = ranked[0]["metric"]
+        assert (first["role"], first.get("index")) == ("env_runner", "1"), ranked
+        prometheus.wait_for(
+            'ray_memprobe_leak_suspect{role="env_runner", index="1"} == 1',
+            lambda r: len(r) == 1, timeout=30,
+        )
+    finally:
+        algo.stop()
+        stop_sampler()
