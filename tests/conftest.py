@@ -32,7 +32,8 @@ def ray_session():
     import the helper modules under tests/rllib (e.g. test plugins)."""
     ray = pytest.importorskip("ray")
     path = os.pathsep.join(p for p in (str(RLLIB_TESTS), os.environ.get("PYTHONPATH")) if p)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+    # address="local": a new instance, never a cluster some other program left running.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield ray
     ray.shutdown()

@@ -26,7 +26,7 @@ PROBER_CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"probes": {"process": 3}}, "probes.process", "options must be a mapping, got 3"),
     ({"probes": {"process": {1: 2}}}, "probes.process", "option names must be str, got 1"),
     ({"probes": ["proces"]}, "probes", "unknown probe 'proces'; did you mean 'process'?"),
-    ({"probes": ["tracemaloc"]}, "probes", "did you mean 'tracemalloc'?"),
+    ({"probes": ["tracemaloc"]}, "probes", "did you mean 'tracemalloc'"),
     ({"probes": ["gcc"]}, "probes", "did you mean 'gc'"),
     ({"probes": ["zzzz"]}, "probes", "unknown probe 'zzzz' (installed: "),
     # Prober options

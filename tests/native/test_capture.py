@@ -56,7 +56,8 @@ def test_alarm_triggered_capture_names_a_leak_that_starts_midway():
         _cheap_step()
     prober = memprobe.Prober(probes=["process"], on_leak=on_leak, leak_check_every=50,
                              load_entrypoints=False,
-                             leak_options={"threshold_per_step": 16384}).start()
+                             leak_options={"threshold_per_step": 16384},
+                             capture_on_leak=False).start()  # this test opens its own
     result = None
     try:
         for step in range(4000):
