@@ -19,10 +19,19 @@ def _install(session: nox.Session, extras: str) -> None:
 
 @nox.session(python="3.11")
 def tests(session: nox.Session) -> None:
-    """The test suite, with real Ray/RLlib and the example plugin installed."""
-    _install(session, "test,rllib,plot,native")
+    """The test suite, with real Ray/RLlib, Ray's metrics agent, memray and the example
+    plugin installed.
+
+    tests/ray starts its own multi-node Ray cluster and Prometheus, so it runs in a
+    pytest invocation of its own, after the rest (whose RLlib tests share one local Ray).
+    """
+    _install(session, "test,rllib,plot,native,ray")
     session.install(*CONSTRAINTS, EXAMPLE_PLUGIN)
-    session.run("pytest", *(session.posargs or ["-q"]))
+    if session.posargs:
+        session.run("pytest", *session.posargs)
+        return
+    session.run("pytest", "-q", "--ignore=tests/ray")
+    session.run("pytest", "-q", "tests/ray")
 
 
 @nox.session(python="3.11")
