@@ -61,7 +61,7 @@ def test_capture_on_alarm_names_the_line_of_a_leak_that_starts_midway(tmp_path, 
         probes=["process", "gc"], sink=str(path), on_leak=fired.append,
         leak_check_every=50, load_entrypoints=False,
         leak_options={"threshold_per_step": 16384},
-        capture_on_leak={"duration_seconds": 0.3})
+        capture_on_leak={"duration_seconds": 0.3, "holders_timeout_seconds": 60})
     with prober:
         done, line = _run(prober, leak_from=1500)
     assert fired, "the alarm never fired"
