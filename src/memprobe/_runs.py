@@ -292,7 +292,7 @@ def summarize(run: ProcessRun) -> RunSummary:
 
 def _insufficient_hint(verdicts: Sequence[Verdict]) -> str:
     """Why no verdict could be given, in figures that are true for this run."""
-    v = min(verdicts, key=lambda v: (v.n_points, v.key))
+    v = verdicts[0]  # the first metric of the table (rss when it is there)
     points = v.warmup_points + v.n_points
     if points < MIN_SAMPLES:
         return f"need {MIN_SAMPLES} samples, got {points} — run longer or lower --interval"
