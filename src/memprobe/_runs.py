@@ -274,7 +274,7 @@ def summarize(run: ProcessRun) -> RunSummary:
     hints = []
     short_of = [m.verdict for m in out if m.verdict is not None and m.verdict.status == "insufficient"]
     if short_of:
-        hints.append(_insufficient_hint(short_of))
+        hints.append(_insufficient_hint(short_of, len(run.samples)))
     probes = {keys.split_key(k, run.prefix).probe for s in run.samples[-1:] for k in s.values
               if k.startswith(head) and "/" in k[len(head):]}
     if any(m.leak for m in out) and not probes & set(NAMING_PROBES):
@@ -290,18 +290,20 @@ def summarize(run: ProcessRun) -> RunSummary:
     return summary
 
 
-def _insufficient_hint(verdicts: Sequence[Verdict]) -> str:
-    """Why no verdict could be given, in figures that are true for this run."""
+def _insufficient_hint(verdicts: Sequence[Verdict], n_samples: int) -> str:
+    """Why no verdict could be given, in figures true for this run: the samples of the
+    metric itself (a probe run less often than every sample has fewer than the run)."""
     v = verdicts[0]  # the first metric of the table (rss when it is there)
     points = v.warmup_points + v.n_points
+    what = keys.short_key(v.key, v.prefix)
+    if points < n_samples:
+        return (f"{what} has {points} of the {n_samples} samples (its probe ran less "
+                f"often), need {MIN_SAMPLES if points < MIN_SAMPLES else 2 * MIN_SAMPLES} "
+                "— run longer or sample that probe more often")
     if points < MIN_SAMPLES:
         return f"need {MIN_SAMPLES} samples, got {points} — run longer or lower --interval"
-    if points < 2 * MIN_SAMPLES:
-        return (f"need {2 * MIN_SAMPLES} samples to tell a leak from a warm-up, got "
-                f"{points} — run longer or lower --interval")
-    return (f"{keys.short_key(v.key, v.prefix)}: {v.warmup_points} of {points} samples "
-            f"were warm-up (still growing), leaving {v.n_points}, need {MIN_SAMPLES} — "
-            "run longer, until it levels off")
+    return (f"need {2 * MIN_SAMPLES} samples to tell a leak from a warm-up, got "
+            f"{points} — run longer or lower --interval")
 
 
 #: Metrics whose growth per phase the reports show, when the run has them (at most 4).

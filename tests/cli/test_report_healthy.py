@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import memprobe
-from memprobe._runs import load_runs, summarize
+from memprobe._runs import ProcessRun, load_runs, summarize
 
 #: A real Prober around a loop: ``BOUND`` entries of 64 KiB fill a cache during the
 #: first 40 steps, then the loop only churns (json, temporaries); ``BOUND`` None
@@ -80,18 +80,23 @@ def test_the_same_loop_leaking_is_a_leak(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("n_samples, words", [
-    (12, "need 20 samples, got 12"),
+    (12, "need 20 samples, got 12 — run longer"),
     (30, "need 40 samples to tell a leak from a warm-up, got 30"),
+    (263, "tracemalloc/traced_bytes has 14 of the 263 samples (its probe ran less often)"),
 ])
-def test_the_too_few_samples_hint_says_what_is_short(tmp_path: Path, n_samples: int,
-                                                     words: str) -> None:
-    path = tmp_path / "short.jsonl"
-    held = []
-    with memprobe.Prober(["process"], sink=str(path), load_entrypoints=False) as prober:
-        for step in range(n_samples):
-            held.append(bytearray(b"x" * (1024 * 1024)))  # fresh pages: rss grows
-            prober.sample(step=step)
-    del held
-    (run,) = load_runs([str(path)])
-    hints = summarize(run).hints
-    assert any(words in h for h in hints), hints
+def test_the_too_few_samples_hint_says_what_is_short(n_samples: int, words: str) -> None:
+    # rss grows by 1 MiB a sample; with 263 samples, rss is judged (a leak) and
+    # tracemalloc, sampled every 20th sample, has too few points of its own.
+    samples = []
+    for i in range(n_samples):
+        values = {"memprobe/overhead/sample_seconds": 1e-5}
+        if n_samples < 263:
+            values["memprobe/process/rss_bytes"] = 1e8 + 2**20 * i
+        elif i % 20 == 0:
+            values["memprobe/tracemalloc/traced_bytes"] = 1e6 + 2**20 * i
+        samples.append(memprobe.Sample(1000.0 + i, i, 7, values))
+    summary = summarize(ProcessRun(7, {}, ["job.jsonl"], samples, "memprobe"))
+    assert any(m.verdict is not None and m.verdict.status == "insufficient"
+               for m in summary.metrics), summary.metrics
+    assert any(words in h for h in summary.hints), summary.hints
+    assert not any(f"got {n_samples}" in h for h in summary.hints if n_samples == 263)
