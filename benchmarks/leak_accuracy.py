@@ -1,6 +1,8 @@
 """Accuracy of memprobe's leak verdicts over synthetic memory series with fixed seeds.
 
-Run: ``python benchmarks/leak_accuracy.py [--series 1000] [--steps 200] [--seed 0]``.
+Run: ``python benchmarks/leak_accuracy.py [--series 1000] [--steps 200] [--seed 0]
+[--rss-bytes N]``; ``--rss-bytes`` sets the process size the series stand for, so
+the floor is ``analyze_samples``' (the larger of 16 KiB and 0.5% of it).
 
 Every series is judged with ``memprobe.analyze`` at its defaults (Theil-Sen,
 ``warmup="auto"``, ``min_points=20``, ``threshold_per_step=0``), as
@@ -197,11 +199,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-growth-bytes", type=float, default=16384.0,
                     help="growth over the window below which a trend is 'growing slightly' "
                          "(analyze_samples' default; 0: significance alone)")
+    ap.add_argument("--rss-bytes", type=float, default=0.0,
+                    help="resident size of the process the series stand for: the floor is "
+                         "the larger of --min-growth-bytes and --min-growth-fraction of it "
+                         "(0: --min-growth-bytes alone)")
+    ap.add_argument("--min-growth-fraction", type=float, default=0.005,
+                    help="analyze_samples' default fraction of the resident size")
     args = ap.parse_args(argv)
-    MIN_GROWTH[0] = args.min_growth_bytes
+    MIN_GROWTH[0] = max(args.min_growth_bytes, args.min_growth_fraction * args.rss_bytes)
     t0 = time.perf_counter()
     print(f"leak_accuracy: {args.series} series per kind, {args.steps} steps, seed {args.seed}, "
-          f"min growth {args.min_growth_bytes:g} bytes")
+          f"min growth {MIN_GROWTH[0]:g} bytes")
     print()
     print(f"| non-leaking kind | false positives at {args.steps} steps | 95% upper bound "
           f"| live alarm, 1 confirmation | live alarm, 2 confirmations (default) |")

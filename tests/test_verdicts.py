@@ -127,7 +127,7 @@ def _samples(n: int, site_rate: int) -> list[memprobe.Sample]:
 
 
 def test_analyze_samples_names_the_site() -> None:
-    report = memprobe.analyze_samples(_samples(60, 512))
+    report = memprobe.analyze_samples(_samples(60, 8192))
     traced = report.get("tracemalloc/traced_bytes")
     assert traced is not None and traced.leaking
     assert traced.culprit == "app/cache.py:12" and traced.kind == "python"
@@ -307,8 +307,10 @@ def test_tens_of_bytes_per_step_is_growing_slightly_not_a_leak() -> None:
     assert v.status == "slight" and not report.has_leak, v.describe()
     assert "growing slightly" in v.describe() and "B/sample" in v.describe()
     assert v.slope_per_step == pytest.approx(40, rel=0.1)
-    # The same regular growth at 1 KiB per step is a leak; so is 40 B/step with no floor.
-    assert memprobe.analyze_samples(_filtered(1024)).get(v.metric).leaking
+    # 1 KiB per step (50 KiB, 0.06% of the 80 MB process) is slight too; 16 KiB per
+    # step (800 KiB, 1%) is a leak; so is 40 B/step with no floor.
+    assert memprobe.analyze_samples(_filtered(1024)).get(v.metric).status == "slight"
+    assert memprobe.analyze_samples(_filtered(16384)).get(v.metric).leaking
     assert memprobe.analyze_samples(_filtered(40), min_growth_bytes=0,
                                     min_growth_fraction=0).get(v.metric).leaking
 

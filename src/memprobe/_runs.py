@@ -21,7 +21,7 @@ from ._errors import MemprobeWarning
 from ._jsonl import JsonlReadError, iter_records
 from ._phases import PhaseGrowth, mark_times, phase_growth
 from ._sample import Sample
-from ._verdicts import DEFAULT_METRICS, STATUS_WORDS, analyze, analyze_samples
+from ._verdicts import DEFAULT_METRICS, STATUS_WORDS, Verdict, analyze, analyze_samples
 from .metrics import PROBER_METRICS, Metric, as_metric, lookup
 
 #: Samples a verdict needs (the ``min_points`` of :func:`memprobe.analyze`).
@@ -272,9 +272,9 @@ def summarize(run: ProcessRun) -> RunSummary:
     notes = list(dict.fromkeys(m.verdict.note for m in out if m.leak and m.verdict.note))
     title, suspects = _suspects(run, report)
     hints = []
-    if any(m.verdict is not None and m.verdict.status == "insufficient" for m in out):
-        hints.append(f"need {MIN_SAMPLES} samples, got {len(run.samples)} — "
-                     "run longer or lower --interval")
+    short_of = [m.verdict for m in out if m.verdict is not None and m.verdict.status == "insufficient"]
+    if short_of:
+        hints.append(_insufficient_hint(short_of, len(run.samples)))
     probes = {keys.split_key(k, run.prefix).probe for s in run.samples[-1:] for k in s.values
               if k.startswith(head) and "/" in k[len(head):]}
     if any(m.leak for m in out) and not probes & set(NAMING_PROBES):
@@ -288,6 +288,22 @@ def summarize(run: ProcessRun) -> RunSummary:
     if summary.captured:  # the capture named the line: no need to rerun for it
         summary.hints = [h for h in hints if not h.startswith("to name the line")]
     return summary
+
+
+def _insufficient_hint(verdicts: Sequence[Verdict], n_samples: int) -> str:
+    """Why no verdict could be given, in figures true for this run: the samples of the
+    metric itself (a probe run less often than every sample has fewer than the run)."""
+    v = verdicts[0]  # the first metric of the table (rss when it is there)
+    points = v.warmup_points + v.n_points
+    what = keys.short_key(v.key, v.prefix)
+    if points < n_samples:
+        return (f"{what} has {points} of the {n_samples} samples (its probe ran less "
+                f"often), need {MIN_SAMPLES if points < MIN_SAMPLES else 2 * MIN_SAMPLES} "
+                "— run longer or sample that probe more often")
+    if points < MIN_SAMPLES:
+        return f"need {MIN_SAMPLES} samples, got {points} — run longer or lower --interval"
+    return (f"need {2 * MIN_SAMPLES} samples to tell a leak from a warm-up, got "
+            f"{points} — run longer or lower --interval")
 
 
 #: Metrics whose growth per phase the reports show, when the run has them (at most 4).

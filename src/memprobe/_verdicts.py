@@ -415,7 +415,7 @@ def analyze_samples(
     threshold_per_step: float = 0.0,
     sites: bool = True,
     min_growth_bytes: float = 16384.0,
-    min_growth_fraction: float = 1e-4,
+    min_growth_fraction: float = 0.005,
     step: str = "sample",
     **options: Any,
 ) -> Report:
@@ -434,7 +434,12 @@ def analyze_samples(
     :param min_growth_bytes: a ``_bytes`` metric that grows less than this over
         the window judged is "growing slightly", not a leak.
     :param min_growth_fraction: the same, as a fraction of the process's
-        resident size (the median of ``process/rss_bytes``); the larger of the two applies.
+        resident size (the median of ``process/rss_bytes``); the larger of the two
+        applies. The default, 0.5%, is what a healthy process creeps by while its
+        allocator arenas, caches, torch's allocator and Ray's buffers warm up (a
+        few MiB in a 300-700 MiB RLlib process); the live alarm, ``prober.report()``,
+        ``memprobe report`` and the RLlib adapter all judge with it, so they agree
+        on the same data.
     :param step: what one sample stands for (``"sample"``, ``"call"``, ``"iteration"``).
     :param options: passed to :func:`analyze` (warmup, min_points, confidence...).
     """

@@ -39,16 +39,15 @@ DIAGNOSE_PROBES: Mapping[str, Mapping[str, Any]] = {
 }
 
 
-#: The alarm's verdict options by default. Growth below 0.5% of the process's
-#: resident size over the window judged is "growing slightly", not a leak: an
-#: RLlib process of 300-700 MiB creeps by a few MiB while its allocator,
-#: torch and Ray's buffers warm up; the leaks worth an alarm are larger.
+#: The alarm's verdict options by default. The growth floor is
+#: :func:`memprobe.analyze_samples`' own default (0.5% of the process's resident
+#: size over the window judged), so ``memprobe report`` on the adapter's files
+#: judges the same as the live alarm.
 #: The alarm judges only the metrics that get keys of their own (``metrics``), on at
 #: most 40 points (``max_points``), without per-site and per-type verdicts
 #: (``sites``): a check then costs about a millisecond per metric, and the
 #: adapter names the culprit from the history itself (memprobe_rllib._leak).
 LEAK_OPTIONS: Mapping[str, Any] = {
-    "min_growth_fraction": 0.005,
     "metrics": ("process/rss_bytes", "process/num_fds", "tracemalloc/filtered_bytes",
                 "objects/total_count"),
     "sites": False,

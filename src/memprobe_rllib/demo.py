@@ -87,7 +87,8 @@ def summary(runs: dict[str, list[memprobe.Sample]]) -> list[str]:
         key = _rss_key(samples)
         if key is None:
             continue
-        start, end = samples[0].values[key] / MIB, samples[-1].values[key] / MIB
+        have = [s.values[key] for s in samples if key in s.values]
+        start, end = have[0] / MIB, have[-1] / MIB
         report = memprobe.analyze_samples(samples, **CallbackOptions().alarm_options)
         verdict = report.verdicts.get(key)
         status = verdict.status if verdict is not None else "insufficient"
@@ -118,8 +119,9 @@ def plot(runs: dict[str, list[memprobe.Sample]], path: str) -> str:
     for name, samples in runs.items():
         key = _rss_key(samples)
         if key is not None:
-            ax.plot([s.time_seconds - t0 for s in samples],
-                    [s.values[key] / MIB for s in samples], label=_who(name))
+            have = [s for s in samples if key in s.values]  # not every sample has every probe
+            ax.plot([s.time_seconds - t0 for s in have],
+                    [s.values[key] / MIB for s in have], label=_who(name))
     ax.set_xlabel("seconds since the first sample")
     ax.set_ylabel("rss (MiB)")
     ax.set_title("PPO CartPole-v1: memory of each process")

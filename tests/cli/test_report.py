@@ -98,7 +98,7 @@ def test_too_few_samples_says_how_many(tmp_path: Path) -> None:
 def leaky_traced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("traced")
     (d / "leaky.py").write_text(
-        "import time\nheld = []\nfor i in range(60):\n"
+        "import time\nheld = []\nfor i in range(100):\n"
         "    held.append(bytearray(200_000))\n    time.sleep(0.01)\n")
     res = memprobe_cli("run", "--probes", "process,gc,tracemalloc", "--interval", "0.01",
                        "-o", "run.jsonl", "leaky.py", cwd=d)

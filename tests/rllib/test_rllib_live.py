@@ -95,6 +95,19 @@ def test_every_process_writes_its_own_role(healthy):
     assert tags == {("driver", None, None), ("env_runner", 1, None), ("learner", None, 0)}
 
 
+def test_memprobe_report_on_a_healthy_run_agrees_with_the_alarm(healthy):
+    import subprocess
+    import sys
+
+    _, logdir = healthy
+    files = sorted(str(f) for f in logdir.glob("memprobe-*.jsonl"))
+    res = subprocess.run([sys.executable, "-m", "memprobe", "report", *files],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"{len(files)} process(es), 0 leaking metric(s)" in res.stdout, res.stdout
+    assert "LEAK" not in res.stdout, res.stdout
+
+
 def test_an_injected_leak_is_found_and_named(ray_session):
     from memprobe_test_leaky_env import LEAKED, LeakyCartPole, leak_line
 
