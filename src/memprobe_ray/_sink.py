@@ -74,24 +74,6 @@ def current_node() -> str:
     return ""
 
 
-#: Kinds of the built-in probes' cumulative and per-interval metrics, used only where
-#: the probe's own declaration is a plain description (no :class:`Metric` yet).
-BUILTIN_DECLARATIONS: Mapping[str, Mapping[str, Metric]] = {
-    "gc": {
-        "collection_seconds": Metric("gc time since the previous sample", "seconds", "interval"),
-        "collection_seconds_total": Metric("gc time since start", "seconds", "counter"),
-        "gen<N>/collections_count": Metric("collections of generation N", "count", "counter"),
-        "gen<N>/collected_count": Metric("objects collected in generation N", "count", "counter"),
-        "gen<N>/uncollectable_count": Metric("uncollectable objects found", "count", "counter"),
-    },
-    "tracemalloc": {
-        "top/<site>/count": Metric("live blocks allocated at the site", "count"),
-        "growth/<site>/count": Metric("change of the site's live blocks", "count", "interval"),
-        "survivors/<site>/count": Metric("surviving blocks by site", "count"),
-    },
-}
-
-
 class _Declarations:
     """Finds the declaration of a key: the Prober's, else its probe class's, else the default."""
 
@@ -125,12 +107,7 @@ class _Declarations:
         section = PROBER_METRICS.get(probe)
         if section is not None:
             return lookup(section, metric)
-        declared = self._registry().get(probe)
-        builtin = BUILTIN_DECLARATIONS.get(probe)
-        plain = not any(isinstance(d, Metric) for d in (declared or {}).values())
-        if builtin is not None and plain:
-            return lookup(builtin, metric)
-        return lookup(declared, metric)
+        return lookup(self._registry().get(probe), metric)
 
 
 class RayMetricsSink:
