@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import weakref
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -247,7 +248,7 @@ class MemoryProbeCallback(RLlibCallback):
                 self._env = ProcessProber(opts, "env_runner", index, prefix="memprobe",
                                          step_name=STEP_NAMES[opts.trigger],
                                          phase=phase).start()
-                _LIVE.append(self._env)
+                _LIVE.add(self._env)
             except Exception as exc:
                 self._failed_build = True
                 self._internal_failure(exc)
@@ -320,7 +321,7 @@ class MemoryProbeCallback(RLlibCallback):
             self._driver = ProcessProber(self.options, "driver", 0, prefix="memprobe/driver",
                                         step_name=STEP_NAMES["driver"])
             self._driver.start()
-            _LIVE.append(self._driver)
+            _LIVE.add(self._driver)
             self._driver.prober.start_phase(TRAIN, step=0)
         return self._driver
 
@@ -402,8 +403,9 @@ class MemoryProbeCallback(RLlibCallback):
         return out
 
 
-# Every ProcessProber a callback built in this process, for MemoryProbeCallback.mark.
-_LIVE: list[ProcessProber] = []
+# Every live ProcessProber a callback built in this process, for MemoryProbeCallback.mark
+# (weak: a stopped Algorithm's callback and its Prober go when the Algorithm goes).
+_LIVE: weakref.WeakSet[ProcessProber] = weakref.WeakSet()
 
 # Learner actors: one ProcessProber per process per option set, kept between iterations.
 _LEARNERS: dict[str, ProcessProber] = {}
