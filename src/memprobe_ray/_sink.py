@@ -17,6 +17,7 @@ is no longer recorded, and Ray's agent drops its series.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -78,8 +79,18 @@ class _Declarations:
     """Finds the declaration of a key: the Prober's, else its probe class's, else the default."""
 
     def __init__(self) -> None:
-        self.prober: Any = None
+        self._prober: Callable[[], Any] = lambda: None
         self._probe_metrics: dict[str, Mapping[str, Any]] | None = None
+
+    @property
+    def prober(self) -> Any:
+        """The Prober whose ``describe`` is read (held weakly: a sink does not keep its
+        Prober, and so its probes' hooks, alive), or None."""
+        return self._prober()
+
+    @prober.setter
+    def prober(self, prober: Any) -> None:
+        self._prober = (lambda: None) if prober is None else weakref.ref(prober)
 
     def _registry(self) -> dict[str, Mapping[str, Any]]:
         if self._probe_metrics is None:
