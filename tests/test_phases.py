@@ -215,3 +215,18 @@ def test_start_and_end_phase_span_two_callbacks(tmp_path):
     marks, spans = mark_times(read_samples(path))
     assert [label for _, _, label in spans] == ["evaluate"]
     assert [label for _, label in marks] == ["checkpoint_loaded"]
+
+
+def test_labels_reach_a_jsonl_sink_object_with_tags(tmp_path):
+    # A JsonlSink given as an object (as memprobe_rllib gives one, with tags) writes
+    # the labels of a phase's samples too, not only a path given as sink=.
+    path = tmp_path / "s.jsonl"
+    with memprobe.Prober(["gc"], sink=memprobe.JsonlSink(str(path), tags={"role": "x"})) as p:
+        with p.phase("eval", step=0):
+            p.sample(step=1)
+        p.mark("done")
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [(r.get("phase"), r.get("phase_edge"), r.get("mark")) for r in lines] == [
+        ("eval", "start", None), ("eval", None, None), ("eval", "end", None),
+        (None, None, "done")]
+    assert all(r["role"] == "x" for r in lines)

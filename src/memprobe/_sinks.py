@@ -158,10 +158,12 @@ class JsonlSink:
         return _json_line(record)
 
     def write(self, sample: Sample) -> None:
-        self._write_values(sample.time_seconds, sample.step, sample.pid, sample.values)
+        self._write_values(sample.time_seconds, sample.step, sample.pid, sample.values,
+                           sample.labels)
 
     def _write_values(self, time_seconds: float, step: int | None, pid: int,
-                      values: Mapping[str, Any]) -> None:
+                      values: Mapping[str, Any],
+                      labels: Mapping[str, str] | None = None) -> None:
         """``write`` of a sample given by its fields: what the Prober calls, without
         building a :class:`Sample` when nothing else needs one."""
         if self.failed:
@@ -175,6 +177,8 @@ class JsonlSink:
             record: dict[str, Any] = {"time": time_seconds, "step": step, "pid": pid}
             if self.tags:
                 record.update(self.tags)
+            if labels:  # phase markers (memprobe._phases.LABEL_FIELDS)
+                record.update(labels)
             record["values"] = values
             data = b""  # _encode, inlined: this is every sample's path
             if _orjson is not None:

@@ -1,4 +1,5 @@
-"""The ``memprobe`` command: ``run`` a program under probing, ``report`` on it, list ``probes``.
+"""The ``memprobe`` command: ``run`` a program under probing, ``report`` on it, list ``probes``,
+write the ``grafana-dashboard`` for Ray clusters.
 
 A thin layer: reading and summarizing runs is :mod:`memprobe._runs`, the
 formats are ``_render_text``, ``_render_html`` and ``_render_png``, running a
@@ -65,6 +66,14 @@ def _parser() -> argparse.ArgumentParser:
                         description="List the installed probes (built-in and entry points) "
                         "with their metric keys, units and cost per sample on this machine.")
     pr.add_argument("--repeat", type=int, default=5, help="samples per probe to time (default 5)")
+
+    g = sub.add_parser("grafana-dashboard",
+                       help="write the Grafana dashboard for memprobe's Ray metrics (JSON)",
+                       description="Write memprobe's Grafana dashboard (JSON) for the series "
+                       "memprobe_ray exports through Ray's metrics; import it in Grafana "
+                       "(Dashboards > New > Import) and pick the Prometheus that scrapes Ray.")
+    g.add_argument("-o", "--output", metavar="FILE",
+                   help="file to write (replaced whole; default: standard output)")
     return p
 
 
@@ -81,6 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "grafana-dashboard":
+            return cmd_grafana_dashboard(args)
         return cmd_probes(args)
     except BrokenPipeError:  # `memprobe report ... | head`: the reader left; so do we
         try:
@@ -193,4 +204,30 @@ def cmd_probes(args: argparse.Namespace) -> int:
         if len(rows) > 1:
             print(table(rows, left=4))
         print()
+    return 0
+
+
+# -- grafana-dashboard -----------------------------------------------------------------------
+def cmd_grafana_dashboard(args: argparse.Namespace) -> int:
+    """``memprobe grafana-dashboard [-o FILE]``: the dashboard's JSON on stdout or in FILE.
+
+    The dashboard ships in :mod:`memprobe_ray` (importing it does not import Ray).
+    """
+    import json
+
+    from ._outputs import check_outputs, write_file
+
+    try:
+        from memprobe_ray.dashboard import dashboard_json
+    except ImportError as exc:
+        raise CliError(f'grafana-dashboard needs memprobe_ray: pip install "memprobe[ray]" '
+                       f"({exc})") from None
+    text = json.dumps(dashboard_json(), indent=2) + "\n"
+    if args.output:
+        check_outputs([("--output", args.output)], [])
+        write_file(args.output, text.encode("utf-8"))
+        print(f"dashboard written to {safe(args.output)}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
     return 0

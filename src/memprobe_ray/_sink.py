@@ -17,6 +17,7 @@ is no longer recorded, and Ray's agent drops its series.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -74,30 +75,22 @@ def current_node() -> str:
     return ""
 
 
-#: Kinds of the built-in probes' cumulative and per-interval metrics, used only where
-#: the probe's own declaration is a plain description (no :class:`Metric` yet).
-BUILTIN_DECLARATIONS: Mapping[str, Mapping[str, Metric]] = {
-    "gc": {
-        "collection_seconds": Metric("gc time since the previous sample", "seconds", "interval"),
-        "collection_seconds_total": Metric("gc time since start", "seconds", "counter"),
-        "gen<N>/collections_count": Metric("collections of generation N", "count", "counter"),
-        "gen<N>/collected_count": Metric("objects collected in generation N", "count", "counter"),
-        "gen<N>/uncollectable_count": Metric("uncollectable objects found", "count", "counter"),
-    },
-    "tracemalloc": {
-        "top/<site>/count": Metric("live blocks allocated at the site", "count"),
-        "growth/<site>/count": Metric("change of the site's live blocks", "count", "interval"),
-        "survivors/<site>/count": Metric("surviving blocks by site", "count"),
-    },
-}
-
-
 class _Declarations:
     """Finds the declaration of a key: the Prober's, else its probe class's, else the default."""
 
     def __init__(self) -> None:
-        self.prober: Any = None
+        self._prober: Callable[[], Any] = lambda: None
         self._probe_metrics: dict[str, Mapping[str, Any]] | None = None
+
+    @property
+    def prober(self) -> Any:
+        """The Prober whose ``describe`` is read (held weakly: a sink does not keep its
+        Prober, and so its probes' hooks, alive), or None."""
+        return self._prober()
+
+    @prober.setter
+    def prober(self, prober: Any) -> None:
+        self._prober = (lambda: None) if prober is None else weakref.ref(prober)
 
     def _registry(self) -> dict[str, Mapping[str, Any]]:
         if self._probe_metrics is None:
@@ -125,12 +118,7 @@ class _Declarations:
         section = PROBER_METRICS.get(probe)
         if section is not None:
             return lookup(section, metric)
-        declared = self._registry().get(probe)
-        builtin = BUILTIN_DECLARATIONS.get(probe)
-        plain = not any(isinstance(d, Metric) for d in (declared or {}).values())
-        if builtin is not None and plain:
-            return lookup(builtin, metric)
-        return lookup(declared, metric)
+        return lookup(self._registry().get(probe), metric)
 
 
 class RayMetricsSink:

@@ -8,7 +8,6 @@ default 10m) and ``k`` (how many processes the top-k panel shows, default 5).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -50,17 +49,7 @@ def write_dashboard(out: Any = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``memprobe grafana-dashboard [-o FILE]``: write the dashboard; returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="memprobe grafana-dashboard",
-        description="Write memprobe's Grafana dashboard (JSON) for Ray clusters; import it in "
-        "Grafana (Dashboards > New > Import) and pick the Prometheus that scrapes Ray.",
-    )
-    parser.add_argument("-o", "--output", help="file to write (default: standard output)")
-    args = parser.parse_args(argv)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            write_dashboard(f)
-    else:
-        write_dashboard()
-    return 0
+    """``memprobe grafana-dashboard [-o FILE]`` (the CLI's command, with its output rules)."""
+    from memprobe.cli import main as cli_main
+
+    return cli_main(["grafana-dashboard", *(sys.argv[1:] if argv is None else argv)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import weakref
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -59,11 +60,43 @@ def jsonl_path(template: str, role: str, index: int | str) -> str:
     return template.replace("{role}", role).replace("{index}", str(index))
 
 
+#: The phase label of evaluation: the driver's span around ``evaluate()``, and every
+#: sample of an evaluation EnvRunner.
+EVALUATE = "evaluate"
+#: The phase label the driver's Prober is in from ``on_algorithm_init`` on.
+TRAIN = "train"
+
+
+def ray_metrics_plugin(pm: Any) -> None:
+    """Register memprobe_ray's sink plugin in ``pm`` (entry points may be off or absent).
+
+    :raises ConfigError: naming ``pip install "memprobe[ray]"`` when Ray's metrics
+        cannot export here.
+    """
+    try:
+        import memprobe_ray
+        import memprobe_ray.plugin as plugin
+
+        memprobe_ray.require_ray_metrics()
+    except ImportError as exc:
+        raise ConfigError("ray_metrics", str(exc) if "memprobe[ray]" in str(exc) else
+                          f'needs memprobe_ray: pip install "memprobe[ray]" ({exc})') from None
+    if not pm.is_registered(plugin) and pm.get_plugin("ray_metrics") is None:
+        pm.register(plugin, name="memprobe_ray.plugin")
+
+
 class ProcessProber:
-    """One process's Prober with its leak alarm's state and its result log, built together."""
+    """One process's Prober with its leak alarm's state and its result log, built together.
+
+    With ``options.ray_metrics`` (and ``sink``), the Prober also writes to the
+    ``ray_metrics`` sink (tags ``role``, ``name="rllib"`` or ``"rllib_evaluate"``
+    for an evaluation EnvRunner, ``index``), which gets the alarm's verdicts after
+    each sample. ``phase`` labels every sample (an evaluation EnvRunner's).
+    """
 
     def __init__(self, options: CallbackOptions, role: str, index: int, *,
-                 prefix: str, step_name: str, sink: bool = True) -> None:
+                 prefix: str, step_name: str, sink: bool = True,
+                 phase: str | None = None) -> None:
         tag_index = None if role == "driver" else index
         self.leak = LeakState(prefix, role, tag_index, step_name)
         path = None
@@ -77,15 +110,26 @@ class ProcessProber:
             alarm = {"on_leak": self.leak.on_leak, "leak_check_every": options.leak_check_every,
                      "leak_confirmations": options.leak_confirmations,
                      "leak_options": options.alarm_options}
+        pm = _plugin_manager(options.plugins, options.load_entrypoints)
+        sinks: dict[str, Any] = {}
+        if sink and options.ray_metrics:
+            ray_metrics_plugin(pm)
+            sinks["ray_metrics"] = {"role": role, "index": index,
+                                    "name": "rllib" if phase is None else f"rllib_{phase}"}
         self.prober = memprobe.Prober(
             options.probe_spec, every=options.every, interval_seconds=options.interval_seconds,
             budget=options.prober_budget, history=options.history,
-            max_failures=options.max_failures,
-            sink=path, prefix=prefix, max_site_keys=options.max_site_keys,
-            plugin_manager=_plugin_manager(options.plugins, options.load_entrypoints),
+            max_failures=options.max_failures, sink=path, sinks=sinks or None,
+            prefix=prefix, max_site_keys=options.max_site_keys, plugin_manager=pm,
             time_limit_seconds=options.time_limit_seconds, **alarm,
         )
         self.leak.prober = self.prober
+        # The ray_metrics sink: reads the Prober's declarations, and exports its verdicts.
+        self.ray_sink = next((s for s in self.prober.sinks if hasattr(s, "write_report")), None)
+        if self.ray_sink is not None and hasattr(self.ray_sink, "bind"):
+            self.ray_sink.bind(self.prober)
+        self._exported: Any = None
+        self.phase = phase
         self.alarm_on = bool(alarm)
         self.log = ResultLog(KeyKinds(lambda key: declared(self.prober, key), prefix),
                              site_keys=options.site_keys)
@@ -93,7 +137,20 @@ class ProcessProber:
 
     def start(self) -> ProcessProber:
         self.prober.start()
+        if self.phase is not None:
+            self.prober.start_phase(self.phase, step=0)
         return self
+
+    def sample(self, step: Any) -> dict[str, Any]:
+        """One sample; then the alarm's latest verdicts to the ray_metrics sink, if new."""
+        values = self.prober.sample(step=step)
+        alarm = self.prober.alarm
+        if self.ray_sink is not None and alarm is not None:
+            latest = alarm.latest
+            if latest is not None and latest is not self._exported:
+                self._exported = latest
+                self.ray_sink.write_report(latest)
+        return values
 
     def leak_values(self) -> dict[str, float]:
         """The leak keys (empty when the alarm is off)."""
@@ -108,9 +165,9 @@ class ProcessProber:
             # The first call samples twice, so that probes reporting at their second
             # sample (a tracing window's end) are in the first iteration's keys too;
             # the overhead fraction, reported once measured over a second, reads 0 until then.
-            self.prober.sample(step=step)
+            self.sample(step)
             self.last[mkeys.make_key(self.prober.prefix, "overhead", "fraction")] = 0.0
-        values = self.prober.sample(step=step)
+        values = self.sample(step)
         merged = self.last
         site = self.log.kinds
         keep_sites = self.log.site_keys
@@ -161,6 +218,8 @@ class MemoryProbeCallback(RLlibCallback):
                                           "__qualname__": f"{cls.__qualname__}[configured]"})
         # Check the probes and plugins by building (never starting) a Prober.
         ProcessProber(merged, "driver", 0, prefix="memprobe/driver", step_name="", sink=False)
+        if merged.ray_metrics:
+            ray_metrics_plugin(_plugin_manager(merged.plugins, merged.load_entrypoints))
         return sub
 
     def __getstate__(self) -> dict[str, Any]:
@@ -183,9 +242,13 @@ class MemoryProbeCallback(RLlibCallback):
         if self._env is None and not self._failed_build:
             index = getattr(env_runner, "worker_index", 0) or 0
             opts = self.options
+            config = getattr(env_runner, "config", None)
+            phase = EVALUATE if getattr(config, "in_evaluation", False) else None
             try:
                 self._env = ProcessProber(opts, "env_runner", index, prefix="memprobe",
-                                         step_name=STEP_NAMES[opts.trigger]).start()
+                                         step_name=STEP_NAMES[opts.trigger],
+                                         phase=phase).start()
+                _LIVE.add(self._env)
             except Exception as exc:
                 self._failed_build = True
                 self._internal_failure(exc)
@@ -202,7 +265,7 @@ class MemoryProbeCallback(RLlibCallback):
         if env is not None:
             self._steps += 1
             try:
-                env.log.add(env.prober.sample(step=self._steps))
+                env.log.add(env.sample(self._steps))
             except Exception as exc:  # a warnings filter turned a probe warning into an error
                 self._internal_failure(exc)
 
@@ -251,6 +314,62 @@ class MemoryProbeCallback(RLlibCallback):
         except Exception as exc:
             self._internal_failure(exc)
 
+    # -- the driver: its Prober, its phases ----------------------------------------------
+    def _get_driver(self) -> ProcessProber | None:
+        """The driver's ProcessProber, built (in the ``train`` phase) at the first call."""
+        if self._driver is None and self.options.driver:
+            self._driver = ProcessProber(self.options, "driver", 0, prefix="memprobe/driver",
+                                        step_name=STEP_NAMES["driver"])
+            self._driver.start()
+            _LIVE.add(self._driver)
+            self._driver.prober.start_phase(TRAIN, step=0)
+        return self._driver
+
+    def _driver_label(self, action: str, label: str) -> None:
+        """``start_phase``, ``end_phase`` or ``mark`` on the driver's Prober; a failure is
+        counted and warned about once, never raised into training."""
+        try:
+            driver = self._get_driver()
+            if driver is not None:
+                getattr(driver.prober, action)(label, step=self._driver_step)
+        except Exception as exc:
+            self._internal_failure(exc)
+
+    def on_algorithm_init(self, *, algorithm: Any = None, **kwargs: Any) -> None:
+        try:
+            self._get_driver()
+        except Exception as exc:
+            self._internal_failure(exc)
+
+    def on_evaluate_start(self, *, algorithm: Any = None, **kwargs: Any) -> None:
+        self._driver_label("start_phase", EVALUATE)
+
+    def on_evaluate_end(self, *, algorithm: Any = None, **kwargs: Any) -> None:
+        self._driver_label("end_phase", EVALUATE)
+
+    def on_checkpoint_loaded(self, *, algorithm: Any = None, **kwargs: Any) -> None:
+        self._driver_label("mark", "checkpoint_loaded")
+
+    @classmethod
+    def mark(cls, label: str) -> int:
+        """Mark ``label`` on every Prober this callback built in this process (the
+        driver's, in the driver): a labelled sample in the JSONL and in
+        ``memprobe report``, e.g. ``MemoryProbeCallback.mark("lr_drop")`` between
+        ``algo.train()`` calls. Returns how many Probers were marked (0 before any).
+
+        :raises memprobe.ConfigError: a bad label (empty, with ``/``, too long).
+        """
+        marked = 0
+        for probe in list(_LIVE):
+            try:
+                probe.prober.mark(label)
+                marked += 1
+            except ConfigError:
+                raise
+            except Exception as exc:
+                warn(f"memprobe_rllib: mark({label!r}) failed: {exc!r}; training goes on")
+        return marked
+
     def on_train_result(self, *, algorithm: Any = None, result: dict | None = None,
                         **kwargs: Any) -> None:
         if result is None:
@@ -258,10 +377,7 @@ class MemoryProbeCallback(RLlibCallback):
         self._driver_step = result.get("training_iteration")
         try:
             if self.options.driver:
-                if self._driver is None:
-                    self._driver = ProcessProber(self.options, "driver", 0,
-                                                prefix="memprobe/driver",
-                                                step_name=STEP_NAMES["driver"]).start()
+                self._get_driver()
                 result.update(self._driver.sample_all(self._driver_step))
             if self.options.learners and algorithm is not None:
                 result.update(self._sample_learners(algorithm))
@@ -286,6 +402,10 @@ class MemoryProbeCallback(RLlibCallback):
                 out[head + k[len("memprobe/learner/"):]] = v
         return out
 
+
+# Every live ProcessProber a callback built in this process, for MemoryProbeCallback.mark
+# (weak: a stopped Algorithm's callback and its Prober go when the Algorithm goes).
+_LIVE: weakref.WeakSet[ProcessProber] = weakref.WeakSet()
 
 # Learner actors: one ProcessProber per process per option set, kept between iterations.
 _LEARNERS: dict[str, ProcessProber] = {}

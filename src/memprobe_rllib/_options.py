@@ -111,6 +111,9 @@ class CallbackOptions:
     :ivar leak_options: options of :func:`memprobe.analyze_samples` for the alarm;
         ``None``: :data:`LEAK_OPTIONS`.
     :ivar time_limit_seconds: every probe's time limit, as :class:`memprobe.Prober`'s.
+    :ivar ray_metrics: also export every process's samples and leak verdicts to
+        Prometheus through Ray's metrics (:func:`memprobe_ray.rllib_sink`; needs
+        ``pip install "memprobe[ray]"``), beside the JSONL.
     """
 
     probes: Any = None
@@ -133,12 +136,13 @@ class CallbackOptions:
     leak_confirmations: int = 2
     leak_options: Any = None
     time_limit_seconds: float | None = None
+    ray_metrics: bool = False
 
     def __post_init__(self) -> None:
         if self.trigger not in TRIGGERS:
             raise ConfigError("trigger", f"must be one of {TRIGGERS}, got {show(self.trigger)}")
         for flag in ("diagnose", "site_keys", "env_runners", "driver", "learners",
-                     "load_entrypoints"):
+                     "load_entrypoints", "ray_metrics"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(flag, f"must be a bool, got {show(getattr(self, flag))}")
         if not (self.env_runners or self.driver or self.learners):

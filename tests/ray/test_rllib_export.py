@@ -51,3 +51,49 @@ def test_ppo_driver_and_each_env_runner_exported_and_the_leaker_first(ray_cluste
     finally:
         algo.stop()
         stop_sampler()
+
+
+@pytest.mark.rllib  # the stopped Algorithm's callback and its Probers go at a gc.collect()
+def test_configure_ray_metrics_exports_driver_each_env_runner_and_verdicts(ray_cluster,
+                                                                           prometheus, tmp_path):
+    """``MemoryProbeCallback.configure(ray_metrics=True)``: no setup hook needed for the
+    series of the driver and of each EnvRunner (``name="rllib"``), the JSONL kept, and
+    the leak alarm's verdicts exported (EnvRunner 1 leaks 512 KiB a step)."""
+    from memprobe_ray_test_envs import LeakyOnRunnerOne
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    from memprobe_rllib import MemoryProbeCallback
+
+    cls = MemoryProbeCallback.configure(ray_metrics=True, jsonl=str(tmp_path),
+                                        leak_check_every=5)
+    config = (
+        PPOConfig()
+        .environment(LeakyOnRunnerOne)
+        .env_runners(num_env_runners=2, num_cpus_per_env_runner=0.5)
+        .training(train_batch_size=256, minibatch_size=64, num_epochs=1)
+        .callbacks(cls)
+        .debugging(log_level="ERROR")
+    )
+    algo = config.build_algo()
+    try:
+        t_end = time.monotonic() + 15
+        while time.monotonic() < t_end:
+            algo.train()
+        rss = prometheus.wait_for(
+            'ray_memprobe_process_rss_bytes{name="rllib"}',
+            lambda r: {(m["metric"]["role"], m["metric"].get("index", "")) for m in r}
+            >= {("driver", "0"), ("env_runner", "1"), ("env_runner", "2")},
+        )
+        assert len(rss) == 3, rss  # one series per process, no duplicates
+        assert all(float(m["value"][1]) > 10 * 2**20 for m in rss)
+        # An EnvRunner records at each episode end only: its gauges go stale between
+        # train() calls, so the verdicts are read over the run.
+        suspect = 'max_over_time(ray_memprobe_leak_suspect{name="rllib", role="env_runner"}[5m])'
+        verdicts = prometheus.wait_for(
+            suspect, lambda r: {m["metric"]["index"] for m in r} == {"1", "2"}, timeout=30)
+        by_index = {m["metric"]["index"]: float(m["value"][1]) for m in verdicts}
+        assert by_index["1"] == 1.0, verdicts
+    finally:
+        algo.stop()
+    roles = {path.name.split("-")[1] for path in tmp_path.glob("memprobe-*.jsonl")}
+    assert roles == {"driver", "env_runner"}, roles  # the JSONL sink is kept

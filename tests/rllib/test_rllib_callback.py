@@ -183,3 +183,22 @@ def test_restarted_env_runner_resumes_probing(ray_session, tmp_path):
     assert new_pid != old_pid
     assert results[-1]["env_runners"][RSS] > 10 * 2**20
     assert list(tmp_path.glob(f"memprobe-env_runner-1-{new_pid}.jsonl"))
+
+
+def test_ray_metrics_without_ray_default_is_one_clear_error():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['aiohttp'] = None\n"
+            "import memprobe\n"
+            "from memprobe_rllib import MemoryProbeCallback\n"
+            "try:\n"
+            "    MemoryProbeCallback.configure(ray_metrics=True)\n"
+            "except memprobe.ConfigError as exc:\n"
+            "    print(exc)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1, r.stdout + r.stderr
+    assert lines[0].startswith("ray_metrics: ") and 'pip install "memprobe[ray]"' in lines[0]
+    with pytest.raises(memprobe.ConfigError, match="ray_metrics"):
+        MemoryProbeCallback.configure(ray_metrics="yes")
