@@ -22,15 +22,18 @@ def tests(session: nox.Session) -> None:
     """The test suite, with real Ray/RLlib, Ray's metrics agent, memray and the example
     plugin installed.
 
-    tests/ray starts its own multi-node Ray cluster and Prometheus, so it runs in a
-    pytest invocation of its own, after the rest (whose RLlib tests share one local Ray).
+    Three pytest invocations, each a process of its own: the core (whose leak tests
+    judge the memory of their own process, so torch and Ray are not loaded there),
+    tests/rllib (one local Ray for all), and tests/ray (its own multi-node Ray cluster
+    and a real Prometheus).
     """
     _install(session, "test,rllib,plot,native,ray")
     session.install(*CONSTRAINTS, EXAMPLE_PLUGIN)
     if session.posargs:
         session.run("pytest", *session.posargs)
         return
-    session.run("pytest", "-q", "--ignore=tests/ray")
+    session.run("pytest", "-q", "--ignore=tests/rllib", "--ignore=tests/ray")
+    session.run("pytest", "-q", "tests/rllib")
     session.run("pytest", "-q", "tests/ray")
 
 
