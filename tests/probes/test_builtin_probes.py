@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import mmap
 import os
 import tracemalloc
 
@@ -14,9 +15,14 @@ MB = 2**20
 def test_process_rss_rises_with_50_mb_held() -> None:
     with memprobe.Prober(["process"]) as prober:
         before = prober.sample()["memprobe/process/rss_bytes"]
-        held = bytearray(os.urandom(1)) * (50 * MB)  # touched: every page is written
+        # Fresh pages from an anonymous mapping, every page written: a malloc'd buffer
+        # may reuse pages a test before freed into the heap, already resident.
+        held = mmap.mmap(-1, 50 * MB)
+        page = b"\x01" * mmap.PAGESIZE
+        for offset in range(0, 50 * MB, mmap.PAGESIZE):
+            held[offset:offset + mmap.PAGESIZE] = page
         after = prober.sample()["memprobe/process/rss_bytes"]
-        del held
+        held.close()
     assert after - before >= 50 * MB
 
 
