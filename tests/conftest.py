@@ -66,3 +66,23 @@ def _no_memprobe_state_left(request):
         problems.append(f"memprobe tracemalloc users left: {tracing} (a Prober not stopped)")
     if problems:
         pytest.fail("; ".join(problems) + "; stop() every Prober a test starts", pytrace=False)
+
+
+@pytest.fixture
+def fresh_heap():
+    """Give the heap's free pages back to the kernel (glibc ``malloc_trim(0)``) first.
+
+    A test that judges its own process's rss by allocating in it needs those allocations
+    to fault in new pages. After hundreds of tests the heap holds resident free memory
+    that an allocation would reuse without rss moving.
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: nothing to give back this way
+    gc.collect()
+

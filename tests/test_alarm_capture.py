@@ -19,6 +19,9 @@ from memprobe.keys import make_key
 
 LEAKED: list[bytearray] = []
 
+#: These tests judge this process's rss: its allocations must fault in new pages.
+pytestmark = pytest.mark.usefixtures("fresh_heap")
+
 
 @pytest.fixture(autouse=True)
 def _clear():

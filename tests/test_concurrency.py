@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import mmap
 import multiprocessing as mp
 import os
 import pickle
@@ -218,8 +219,11 @@ def _statm_rss() -> int:
 
 def _fork_child(prober: memprobe.Prober, conn) -> None:
     before = _statm_rss()
-    held = bytearray(64 * MB)
-    held[:: 4096] = b"x" * len(held[:: 4096])  # touch every page: resident
+    # Fresh pages from an anonymous mapping, each written: resident and the child's own
+    # (a malloc'd buffer may reuse heap pages already resident, shared with the parent).
+    held = mmap.mmap(-1, 64 * MB)
+    for offset in range(0, 64 * MB, mmap.PAGESIZE):
+        held[offset] = 120
     values = prober.sample(step=100)
     conn.send({"pid": os.getpid(), "sample_pid": prober.history[-1].pid, "rss": values[RSS],
                "history": [(s.pid, s.step) for s in prober.history],
@@ -228,7 +232,7 @@ def _fork_child(prober: memprobe.Prober, conn) -> None:
                "errors": errors_in(values), "traced": values[TRACED]})
     prober.stop()
     conn.send({"tracing": tracemalloc.is_tracing(), "gc": len(memprobe_gc_callbacks())})
-    del held
+    held.close()
 
 
 def test_forked_child_samples_itself_and_writes_its_own_file(tmp_path) -> None:

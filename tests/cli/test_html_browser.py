@@ -31,7 +31,7 @@ def _horizontal_runs(mask, min_len: int) -> int:
 def test_the_page_renders_its_tables_and_image(tmp_path: Path) -> None:
     image = pytest.importorskip("matplotlib.image")
     (tmp_path / "leaky.py").write_text(
-        "import time\nheld = []\nfor i in range(60):\n"
+        "import time\nheld = []\nfor i in range(150):\n"
         "    held.append(bytearray(200_000))\n    time.sleep(0.01)\n")
     run = [sys.executable, "-m", "memprobe"]
     res = subprocess.run([*run, "run", "--probes", "process,gc,tracemalloc", "--interval",

@@ -14,6 +14,9 @@ from memprobe.capture import CulpritCapture, capture_culprits
 
 MiB = 1 << 20
 
+#: These tests judge this process's rss: its allocations must fault in new pages.
+pytestmark = pytest.mark.usefixtures("fresh_heap")
+
 
 class Session:
     """What the leak retains: one per step, each with a 64 KiB buffer."""

@@ -28,10 +28,12 @@ def test_clean_cartpole_has_no_suspects() -> None:
     for name, check in result.checks.items():
         assert isinstance(check, ComponentCheck) and check.component == name
         assert check.grew == () and check.repeats == 20
-        # Each component was really measured: the judged series are there, none growing.
+        # Each component was really measured: the judged series are there, none leaking
+        # ("levelled": an allocator step that stopped growing, as a warm-up does).
         for metric in ("tracemalloc/filtered_bytes", "process/rss_bytes", "objects/total_count"):
             v = check.report.get(metric)
-            assert v is not None and v.status == "ok" and v.n_points == 15, (name, v)
+            assert v is not None and v.status in ("ok", "levelled") and v.n_points == 15, (
+                name, v)
     assert "no leak" in str(result)
 
 
