@@ -141,9 +141,9 @@ class ProcessProber:
             self.prober.start_phase(self.phase, step=0)
         return self
 
-    def sample(self, step: Any) -> dict[str, Any]:
+    def sample(self, step: Any, force: bool = False) -> dict[str, Any]:
         """One sample; then the alarm's latest verdicts to the ray_metrics sink, if new."""
-        values = self.prober.sample(step=step)
+        values = self.prober.sample(step=step, force=force)
         alarm = self.prober.alarm
         if self.ray_sink is not None and alarm is not None:
             latest = alarm.latest
@@ -162,12 +162,15 @@ class ProcessProber:
         """One sample with every key seen so far (latest values) and the leak keys: for
         results that are plain dicts (driver, learners), never missing a key."""
         if not self.last:
-            # The first call samples twice, so that probes reporting at their second
-            # sample (a tracing window's end) are in the first iteration's keys too;
-            # the overhead fraction, reported once measured over a second, reads 0 until then.
-            self.sample(step)
+            # The first call samples twice with every probe, due or not, so that probes
+            # on a schedule, and those reporting at their second sample (a tracing
+            # window's end), are in the first iteration's keys too; the overhead
+            # fraction, reported once measured over a second, reads 0 until then.
+            self.sample(step, force=True)
             self.last[mkeys.make_key(self.prober.prefix, "overhead", "fraction")] = 0.0
-        values = self.sample(step)
+            values = self.sample(step, force=True)
+        else:
+            values = self.sample(step)
         merged = self.last
         site = self.log.kinds
         keep_sites = self.log.site_keys
