@@ -20,34 +20,34 @@ from ._errors import MetricValueError
 from ._errors import PluginWarning
 from ._errors import ProbeError
 from ._errors import ProbeFailedWarning
-from ._flatten import SiteKeyCap
-from ._flatten import SiteMap
-from ._flatten import flatten
-from ._alarm import LeakAlarm
-from ._history import History
-from ._options import DEFAULT_PROBES
-from ._phases import Mark
-from ._phases import PhaseGrowth
-from ._phases import phase_growth
-from ._options import parse_probes
-from ._plugins import ProbeInfo
-from ._plugins import SinkInfo
-from ._plugins import get_plugin_manager
-from ._prober import Prober
-from ._sample import Number
-from ._sample import Sample
-from ._sinks import JsonlSink
-from ._sinks import Sink
-from ._watch import watch
-from .hookspecs import hookimpl
-from .hookspecs import hookspec
-from .keys import make_key
-from .keys import sanitize_key
-from .keys import shorten_path
-from .keys import split_key
-from .metrics import Metric
 
 if TYPE_CHECKING:
+    from ._flatten import SiteKeyCap
+    from ._flatten import SiteMap
+    from ._flatten import flatten
+    from ._alarm import LeakAlarm
+    from ._history import History
+    from ._options import DEFAULT_PROBES
+    from ._phases import Mark
+    from ._phases import PhaseGrowth
+    from ._phases import phase_growth
+    from ._options import parse_probes
+    from ._plugins import ProbeInfo
+    from ._plugins import SinkInfo
+    from ._plugins import get_plugin_manager
+    from ._prober import Prober
+    from ._sample import Number
+    from ._sample import Sample
+    from ._sinks import JsonlSink
+    from ._sinks import Sink
+    from ._watch import watch
+    from .hookspecs import hookimpl
+    from .hookspecs import hookspec
+    from .keys import make_key
+    from .keys import sanitize_key
+    from .keys import shorten_path
+    from .keys import split_key
+    from .metrics import Metric
     from ._jsonl import JsonlRecord
     from ._jsonl import iter_records
     from ._jsonl import read_samples
@@ -62,9 +62,35 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-# Imported when first used: the verdicts need the statistics modules, and
-# check_leaks the Prober and tracemalloc, none of which ``import memprobe`` needs.
+# Imported when first used, so that ``import memprobe`` costs only the errors: the
+# Prober, the probes' registry, the verdicts and their statistics load on first use.
 _LAZY = {
+    "SiteKeyCap": "._flatten",
+    "SiteMap": "._flatten",
+    "flatten": "._flatten",
+    "LeakAlarm": "._alarm",
+    "History": "._history",
+    "DEFAULT_PROBES": "._options",
+    "Mark": "._phases",
+    "PhaseGrowth": "._phases",
+    "phase_growth": "._phases",
+    "parse_probes": "._options",
+    "ProbeInfo": "._plugins",
+    "SinkInfo": "._plugins",
+    "get_plugin_manager": "._plugins",
+    "Prober": "._prober",
+    "Number": "._sample",
+    "Sample": "._sample",
+    "JsonlSink": "._sinks",
+    "Sink": "._sinks",
+    "watch": "._watch",
+    "hookimpl": ".hookspecs",
+    "hookspec": ".hookspecs",
+    "make_key": ".keys",
+    "sanitize_key": ".keys",
+    "shorten_path": ".keys",
+    "split_key": ".keys",
+    "Metric": ".metrics",
     "JsonlRecord": "._jsonl",
     "iter_records": "._jsonl",
     "read_samples": "._jsonl",
