@@ -60,10 +60,12 @@ def test_data_map_batches_tasks_are_probed(ray_cluster, prometheus):
     import ray.data
 
     def slow_double(batch: dict) -> dict:
-        time.sleep(3)  # long enough to be sampled and scraped before Ray reaps the worker
+        # Long enough to be sampled, exported by the node's agent and scraped while the
+        # worker still runs the task (its process title names it), even on a busy box.
+        time.sleep(8)
         return {"id": batch["id"] * 2}
 
-    ds = ray.data.range(64, override_num_blocks=8).map_batches(slow_double, batch_size=8)
+    ds = ray.data.range(64, override_num_blocks=4).map_batches(slow_double, batch_size=16)
     assert sorted(r["id"] for r in ds.take_all()) == [2 * i for i in range(64)]
     found = prometheus.wait_for(SEEN.format(name='~".*MapBatches.*"'), lambda r: len(r) >= 1)
     assert {m["metric"]["role"] for m in found} == {"task"}
