@@ -488,15 +488,14 @@ class Prober(PhaseMixin):
         pid = _pid_box[0]
         self.history.append(now, step, pid, values, shape)
         hooks = self._hooks
-        labels = self._labels  # inside a phase, or a mark's sample: sinks get a Sample
-        sample = (make_sample(now, step, pid, values)
-                  if self._sample_sinks or hooks.end or labels is not None else None)
-        if labels is not None:
-            sample.__dict__["labels"] = labels  # type: ignore[union-attr]
+        labels = self._labels  # inside a phase, or a mark's sample
+        sample = make_sample(now, step, pid, values) if self._sample_sinks or hooks.end else None
+        if sample is not None and labels is not None:
+            sample.__dict__["labels"] = labels
         for name, s, write in self._sink_writers:
             try:
-                if write is not None and labels is None:
-                    write(now, step, pid, values)
+                if write is not None:
+                    write(now, step, pid, values, labels)
                 else:
                     s.write(sample)
             except Exception as exc:  # a user's sink; JsonlSink reports its own errors
