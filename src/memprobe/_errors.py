@@ -101,8 +101,8 @@ class KeyCollisionError(MemprobeError, ValueError):
         return (type(self), (self.key, self.sources))
 
 
-class JsonlReadError(MemprobeError):
-    """A JSONL file cannot be read at all (missing, a directory, unreadable): ``path`` names it."""
+class PathError(MemprobeError):
+    """A file at fault: ``path`` names it, ``message`` says how."""
 
     def __init__(self, path: str, message: str) -> None:
         self.path = path
@@ -114,6 +114,10 @@ class JsonlReadError(MemprobeError):
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (type(self), (self.path, self.message))
+
+
+class JsonlReadError(PathError):
+    """A JSONL file cannot be read at all (missing, a directory, unreadable): ``path`` names it."""
 
 
 class MemprobeWarning(UserWarning):

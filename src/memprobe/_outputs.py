@@ -15,22 +15,11 @@ import stat
 import tempfile
 from collections.abc import Sequence
 
-from ._errors import MemprobeError
+from ._errors import PathError
 
 
-class OutputError(MemprobeError):
+class OutputError(PathError):
     """An output path that would destroy an input or write through a symlink."""
-
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
-        self.message = message
-        super().__init__(path, message)
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (type(self), (self.path, self.message))
 
 
 def _identity(path: str) -> tuple[int, int] | None:
