@@ -161,6 +161,20 @@ class RayMetricsSink:
         self.describe.prober = prober
         return self
 
+    def retag(self, **tags: str) -> None:
+        """Change this process's tags (a pooled task worker now runs another task).
+
+        Every later value, and every gauge refreshed, carries the new tags; the
+        series under the old ones is no longer recorded, and Ray's agent drops it.
+        """
+        unknown = sorted(set(tags) - set(TAG_KEYS))
+        if unknown:
+            raise ValueError(f"unknown tag(s) {unknown}; tags are {list(TAG_KEYS)}")
+        with self._lock:
+            self.tags.update({k: str(v) for k, v in tags.items()})
+            for m in self._metrics.values():
+                m.set_default_tags(self.tags)
+
     # -- Ray metric objects ------------------------------------------------------------
     def _metric(self, name: str, kind: str, description: str, extra: tuple[str, ...]) -> Any:
         m = self._metrics.get(name)

@@ -8,9 +8,10 @@ judges the history for leaks and exports the verdict.
 
 The thread names the process by what it runs, read from the process title Ray
 sets (``ray::<Class>.<method>`` in an actor, ``ray::<task>`` in a task worker):
-the actor class or the task name, kept once known. A process that has run
-nothing yet (``ray::IDLE``, Ray's pool of spare workers) or an actor still in
-its constructor exports nothing yet.
+the actor class, kept once known, or the task name. Ray reuses a task worker
+for other tasks, so a task worker's name follows the task it runs now (and
+stays while it idles). A process that has run nothing yet (``ray::IDLE``, Ray's
+pool of spare workers) or an actor still in its constructor exports nothing yet.
 """
 
 from __future__ import annotations
@@ -136,6 +137,17 @@ class _Sampler(threading.Thread):
         self.sink.bind(self.prober)
         self.prober.start()
 
+    def _follow_task(self) -> None:
+        """Name a pooled task worker by the task it runs now (its tags, and its JSONL tags)."""
+        who = self.identity()
+        if who is None or who[0] != "task" or who[1] == self.sink.tags["name"]:  # type: ignore[union-attr]
+            return
+        self.sink.retag(name=who[1])  # type: ignore[union-attr]
+        jsonl = getattr(self.prober, "sink", None)
+        for sink in getattr(jsonl, "sinks", ()):
+            if isinstance(sink, memprobe.JsonlSink):
+                sink.tags["name"] = who[1]
+
     def step(self) -> None:
         """One sample (and, when due, one leak verdict); never raises."""
         try:
@@ -145,6 +157,8 @@ class _Sampler(threading.Thread):
                     return
                 self._build(*who)
             assert self.prober is not None and self.sink is not None
+            if self.sink.tags["role"] == "task":
+                self._follow_task()
             if not self.prober.sample():
                 return
             self.samples += 1

@@ -139,6 +139,24 @@ def test_probed_decorator_starts_one_sampler_for_a_class_and_a_function(ray_clus
         stop_sampler()
 
 
+def test_a_pooled_task_worker_is_named_by_the_task_it_runs_now(ray_cluster, prometheus):
+    """Ray reuses a task worker for other tasks: its series follow the current task."""
+    from memprobe_ray import start_sampler, stop_sampler
+
+    running = ["pooled_first"]
+    start_sampler(interval_seconds=0.2, identity=lambda: ("task", running[0], ""))
+    try:
+        query = 'ray_memprobe_process_rss_bytes{name=~"pooled_.*"}'
+        prometheus.wait_for(query, lambda r: [m["metric"]["name"] for m in r] == ["pooled_first"])
+        running[0] = "pooled_second"
+        # The old series is no longer recorded, so Ray's agent drops it.
+        r = prometheus.wait_for(query, lambda r: [m["metric"]["name"] for m in r]
+                                == ["pooled_second"])
+        assert r[0]["metric"]["role"] == "task"
+    finally:
+        stop_sampler()
+
+
 def test_site_tags_are_capped_and_the_rest_summed_as_other(ray_cluster, prometheus):
     sink = RayMetricsSink(role="driver", name="sitecap", max_sites=2)
     prober = memprobe.Prober({"tracemalloc": {"top": 10}}, sink=sink)
