@@ -411,3 +411,40 @@ def test_tracemalloc_own_memory_is_not_the_users_rss() -> None:
     again = memprobe.analyze_samples(
         [memprobe.Sample(s.time_seconds, s.step, 1, v) for s, v in zip(samples, leaking)])
     assert again.get("process/rss_bytes").leaking and again.kind == "native", again
+
+
+def _traced_run(rss_per_step: float, own_per_step: float, user_per_step: float,
+                seed: int, n: int = 200) -> memprobe.Report:
+    """A run sampled with tracemalloc: memprobe's own traced bytes (traced less
+    filtered) grow by ``own_per_step``, the user's by ``user_per_step``."""
+    rng = random.Random(seed)
+    samples = []
+    for i in range(n):
+        own = 2e6 + own_per_step * i
+        user = 4e6 + user_per_step * i
+        samples.append(memprobe.Sample(float(i), i, 1, {
+            "memprobe/process/rss_bytes": 60e6 + rss_per_step * i + rng.gauss(0, 2000),
+            "memprobe/tracemalloc/traced_bytes": own + user,
+            "memprobe/tracemalloc/filtered_bytes": user,
+            "memprobe/tracemalloc/overhead_bytes": 1e5 + 0.1 * own_per_step * i,
+        }))
+    return memprobe.analyze_samples(samples)
+
+
+@settings(max_examples=25, deadline=None)
+@given(own=st.floats(500, 20_000), seed=st.integers(0, 2**16))
+def test_memprobe_own_traced_memory_is_not_the_users_leak(own: float, seed: int) -> None:
+    """The resident size is judged less memprobe's own memory (its traced blocks, which
+    its filters leave out, and tracemalloc's), and within what that memory grew by."""
+    report = _traced_run(rss_per_step=1.1 * own, own_per_step=own, user_per_step=0, seed=seed)
+    assert not report.has_leak, report
+
+
+@settings(max_examples=25, deadline=None)
+@given(user=st.floats(3000, 20_000), own=st.floats(0, 2000), seed=st.integers(0, 2**16))
+def test_the_users_python_leak_is_found_beside_memprobe_own_growth(
+        user: float, own: float, seed: int) -> None:
+    report = _traced_run(rss_per_step=user + own, own_per_step=own, user_per_step=user,
+                         seed=seed)
+    assert report.has_leak and report.kind == "python", report
+    assert "process/rss_bytes" in report.leaking_metrics

@@ -18,6 +18,7 @@ int beyond 64 bits signed) is kept aside as a dict. Samples are rebuilt as
 from __future__ import annotations
 
 import struct
+import sys
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, overload
@@ -161,7 +162,10 @@ class History(Sequence[Sample]):
             if not all(t is int or t is float for t in types):  # int/float subclasses
                 types = tuple(int if isinstance(t, type) and issubclass(t, int) else float
                               for t in types)
-            layout = _Layout(keys, types, key)
+            # Site keys are new strings in every sample: one copy of each, shared by
+            # every layout that has it, keeps a layout's memory to its tuple.
+            interned = tuple(map(sys.intern, keys))
+            layout = _Layout(interned, types, (interned, key[1]))
             if layout.packer.size > self._row_bytes:
                 self._widen(layout.packer.size)
             if self._free:
@@ -171,7 +175,7 @@ class History(Sequence[Sample]):
                 i = len(self._layouts)
                 self._layouts.append(layout)
                 self._refs.append(0)
-            self._layout_ids[key] = i
+            self._layout_ids[layout.cache_key] = i
         self._last = self._layouts[i]
         self._last_id = i
         return self._last  # type: ignore[return-value]
