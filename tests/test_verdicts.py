@@ -41,7 +41,8 @@ def test_flat_noise_permuted_is_not_a_leak(seed: int) -> None:
     noise = [rng.gauss(0, 30_000) for _ in range(200)]
     rng.shuffle(noise)
     v = memprobe.analyze(list(range(200)), noise)
-    assert v.status == "ok", v.describe()
+    # Not growing; a warm-up cut may see a rise in pure noise and say "levelled off".
+    assert v.status in ("ok", "levelled") and not v.leaking, v.describe()
 
 
 def test_one_kib_per_step_in_rss_like_noise_is_a_leak() -> None:

@@ -84,6 +84,9 @@ class LeakAlarm:
         self._samples = 0
         capture_options = check_capture_option(capture)
         self._capture = None if capture_options is None else AlarmCapture(capture_options)
+        # The verdict code is imported now, not at the first check: its modules'
+        # memory would otherwise appear in the middle of the series it judges.
+        from . import _verdicts  # noqa: F401
 
     @property
     def culprits(self) -> Culprits | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, overload
 
 from ._sample import Number, Sample
@@ -241,6 +241,33 @@ class History(Sequence[Sample]):
     def __iter__(self) -> Iterator[Sample]:
         for j in range(self._len):
             yield self._sample(self._row(j))
+
+    def select(self, keep: Callable[[str], bool]) -> Iterator[Sample]:
+        """The samples, oldest first, with only the keys ``keep`` accepts.
+
+        One small dict at a time: reading a few metrics of a long history costs
+        memory for those alone, not a dict of every key of every sample.
+        """
+        picks: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = {}
+        for j in range(self._len):
+            row = self._row(j)
+            i = self._rows[row]
+            if i == _ASIDE:
+                values = {k: v for k, v in self._aside[row].items() if keep(k)}
+            else:
+                layout = self._layouts[i]
+                assert layout is not None  # a row in use keeps its layout
+                pick = picks.get(i)
+                if pick is None:
+                    at = tuple(n for n, k in enumerate(layout.keys) if keep(k))
+                    pick = picks[i] = (tuple(layout.keys[n] for n in at), at)
+                keys, at = pick
+                row_values = layout.packer.unpack_from(self._data, row * self._row_bytes)
+                values = dict(zip(keys, [row_values[n] for n in at]))
+            step: int | None = self._steps[row] if self._has_step[row] else None
+            if step is not None and self._aside:
+                step = self._aside.get(-1 - row, step)
+            yield make_sample(self._times[row], step, self._pids[row], values)
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` for one metric; x is the step, or the sample index."""

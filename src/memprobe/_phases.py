@@ -196,12 +196,12 @@ class PhaseMixin:
         Options go to :func:`memprobe.analyze_samples` (``thresholds``,
         ``warmup``, ``min_points``...).
         """
-        from ._verdicts import analyze_samples
+        from ._verdicts import analyze_samples, judged_keys
 
-        with self._lock:
-            samples = list(self.history)
         options.setdefault("prefix", self.prefix)
-        return analyze_samples(samples, **options)
+        keep = judged_keys(options["prefix"], options.get("metrics"), options.get("sites", True))
+        with self._lock:  # the history is read as it is judged, one sample at a time
+            return analyze_samples(self.history.select(keep), **options)
 
     def _finish_capture(self, alarm: LeakAlarm, now: float, step: int | None,
                         pid: int) -> None:

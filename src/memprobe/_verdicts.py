@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -365,8 +366,31 @@ def analyze(
 # -- many metrics ----------------------------------------------------------------
 
 
-def _series(samples: Sequence[Sample], prefix: str
-            ) -> tuple[dict[str, tuple[list[float], list[float], list[float]]], list[float]]:
+def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
+                sites: bool = True) -> Callable[[str], bool]:
+    """Which keys :func:`analyze_samples` reads: the metrics it judges, the site and
+    type keys (with ``sites``), and what it subtracts as memprobe's own memory.
+
+    A Prober judging its history reads only these (:meth:`History.select`): the
+    rest (growth, gc details, peaks) would make each check's temporary memory
+    grow with the history, until the history is full.
+    """
+    wanted = set(metrics if metrics is not None else DEFAULT_METRICS)
+    wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED,
+                   "tracemalloc/overhead_bytes"))
+    seen: dict[str, bool] = {}
+
+    def keep(key: str) -> bool:
+        found = seen.get(key)
+        if found is None:
+            found = seen[key] = (short_key(key, prefix) in wanted
+                                 or (sites and _site_probe(key, prefix) is not None))
+        return found
+    return keep
+
+
+def _series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], bool]
+            ) -> tuple[dict[str, tuple[array[float], array[float], array[float]]], array[float]]:
     """``{key: (xs, ys, times)}``; the resident sizes less memprobe's own memory.
 
     While tracemalloc traces, memprobe's own memory is known: tracemalloc's
@@ -376,13 +400,13 @@ def _series(samples: Sequence[Sample], prefix: str
     these, so a Prober that fills its history is not the user's leak. Also returns
     that own memory at each sample.
     """
-    out: dict[str, tuple[list[float], list[float], list[float]]] = {}
+    out: dict[str, tuple[array[float], array[float], array[float]]] = {}
     overhead_key = make_key(prefix, "tracemalloc", "overhead_bytes")
     traced_key = make_key(prefix, *_kinds.TRACED.split("/"))
     filtered_key = make_key(prefix, *_kinds.FILTERED.split("/"))
     resident = {make_key(prefix, "process", m) for m in _kinds.RESIDENT}
     own = 0.0
-    owns: list[float] = []
+    owns: array[float] = array("d")
     for i, s in enumerate(samples):
         x = float(s.step if s.step is not None else i)
         values = s.values
@@ -394,7 +418,10 @@ def _series(samples: Sequence[Sample], prefix: str
         for k, v in values.items():
             t = out.get(k)
             if t is None:
-                t = out[k] = ([], [], [])
+                if not keep(k):
+                    continue
+                # Unboxed columns: a check's memory is 24 bytes per point judged.
+                t = out[k] = (array("d"), array("d"), array("d"))
             t[0].append(x)
             t[1].append(float(v) - own if k in resident else float(v))
             t[2].append(s.time_seconds)
@@ -466,10 +493,10 @@ def analyze_samples(
                         ("min_growth_fraction", min_growth_fraction)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise ConfigError(name, f"must be a number >= 0, got {show(value)}")
-    samples = list(samples)
     if prefix is None:
+        samples = list(samples)
         prefix = _prefix_of(samples)
-    series, own = _series(samples, prefix)
+    series, own = _series(samples, prefix, judged_keys(prefix, metrics, sites))
     shorts = {k: short_key(k, prefix) for k in series}
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if metrics is None and _kinds.FILTERED in shorts.values():

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import gc
+import heapq
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from .._errors import ConfigError, show
@@ -17,6 +19,19 @@ def type_name(t: type) -> str:
     mod = getattr(t, "__module__", None) or ""
     qual = getattr(t, "__qualname__", None) or t.__name__
     return qual if mod in ("builtins", "") else f"{mod}.{qual}"
+
+
+def _largest(counts: Mapping[type, int], n: int) -> list[tuple[type, int]]:
+    """The ``n`` largest counts, ties by type name. Names are made for the few near
+    the top only: a name for each of thousands of types at every sample is churn
+    that fragments the heap this probe measures."""
+    if len(counts) <= n:
+        ranked = list(counts.items())
+    else:
+        cut = heapq.nlargest(n, counts.values())[-1]
+        ranked = [(t, c) for t, c in counts.items() if c >= cut]
+    ranked.sort(key=lambda tc: (-tc[1], type_name(tc[0])))
+    return ranked[:n]
 
 
 class ObjectsProbe:
@@ -63,20 +78,15 @@ class ObjectsProbe:
         del objs
         out: dict[str, Any] = {"total_count": sum(counts.values()), "types_count": len(counts)}
         if self.top:
-            out["top"] = SiteMap(
-                (type_name(t), {"count": c})
-                for t, c in sorted(counts.items(), key=lambda kv: (-kv[1], type_name(kv[0])))[
-                    : self.top
-                ]
-            )
-            grown: list[tuple[str, int]] = []
+            out["top"] = SiteMap((type_name(t), {"count": c}) for t, c in _largest(counts, self.top))
+            grown: dict[type, int] = {}
             if self._previous is not None:
+                previous = self._previous
                 for t, c in counts.items():
-                    d = c - self._previous.get(t, 0)
+                    d = c - previous.get(t, 0)
                     if d > 0:
-                        grown.append((type_name(t), d))
-                grown.sort(key=lambda kv: (-kv[1], kv[0]))
-            out["growth"] = SiteMap((n, {"count": d}) for n, d in grown[: self.top])
+                        grown[t] = d
+            out["growth"] = SiteMap((type_name(t), {"count": d}) for t, d in _largest(grown, self.top))
         # Keep only counts keyed by type: holding the types keeps no instances alive.
         self._previous = counts
         return out
