@@ -44,8 +44,9 @@ def base_config() -> Any:
 
 def make_runner(configure: Configure) -> Any:
     """A SingleAgentEnvRunner actor for ``configure(base_config())``, in its own process."""
-    import ray
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    import ray
 
     class TimedEnvRunner(SingleAgentEnvRunner):  # type: ignore[misc]
         def steps_per_second(self, steps: int) -> float:

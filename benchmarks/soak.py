@@ -95,10 +95,10 @@ def run(samples: int, warmup: int, measure: Callable[[], dict[str, int]],
 
 def rllib_soak(iterations: int) -> int:
     """``--rllib``: PPO on CartPole-v1 with MemoryProbeCallback in the driver process."""
-    import ray
     from ray.rllib.algorithms.ppo import PPOConfig
 
     import memprobe_rllib
+    import ray
     from memprobe_rllib import MemoryProbeCallback
 
     filters = [tracemalloc.Filter(True, os.path.join(os.path.dirname(os.path.abspath(

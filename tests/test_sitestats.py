@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sysconfig
 import tracemalloc
 
 import pytest
@@ -16,8 +17,6 @@ from memprobe._sitestats import (
     stdlib_site_stats,
 )
 from memprobe.probes.tracemalloc import growth
-
-import sysconfig
 
 STDLIB_FILE = sysconfig.get_paths()["stdlib"] + "/json/decoder.py"
 FILES = ["/x/app/a.py", "/x/app/b.py", STDLIB_FILE, "<unknown>", "/x/app/c.pyc"]

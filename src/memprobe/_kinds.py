@@ -32,6 +32,8 @@ KINDS: Mapping[str, str] = {
 RESIDENT = ("rss_bytes", "uss_bytes", "pss_bytes")
 FILTERED = "tracemalloc/filtered_bytes"
 TRACED = "tracemalloc/traced_bytes"
+#: Live blocks of Python's small-object allocator (``gc`` probe, ``blocks=True``).
+BLOCKS = "gc/allocated_blocks"
 
 #: Metrics judged by :func:`memprobe.analyze_samples` (without prefix), besides
 #: the per-site and per-type series. ``tracemalloc/traced_bytes`` is judged only
@@ -48,6 +50,7 @@ DEFAULT_METRICS = (
     FILTERED,
     TRACED,
     "objects/total_count",
+    BLOCKS,
     "gc/garbage_count",
     "malloc/in_use_bytes",
     "malloc/free_bytes",
@@ -60,6 +63,7 @@ _OWN_KIND = {
     FILTERED: "python",
     TRACED: "python",
     "objects/total_count": "objects",
+    BLOCKS: "objects",
     "gc/garbage_count": "objects",
     "process/num_fds": "fds",
     "process/num_threads": "threads",
@@ -144,7 +148,7 @@ def classify(
                             "mappings made and not touched")
     if _grows(by_metric.get("process/num_fds")):
         return "fds", (), KINDS["fds"]
-    if types or _grows(by_metric.get("objects/total_count")):
+    if types or _grows(by_metric.get("objects/total_count")) or _grows(by_metric.get(BLOCKS)):
         return "objects", tuple(types), KINDS["objects"]
     if py is not None:
         note = (f"{KINDS['native']}; rss grew but tracemalloc's traced bytes did not "

@@ -18,6 +18,7 @@ and draws marks as vertical lines and spans as shaded bands.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections import deque
@@ -72,6 +73,23 @@ def check_label(label: Any) -> str:
     return label
 
 
+def _resident_bytes() -> int:
+    """This process's resident size in bytes (0 where it cannot be read)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_BYTES
+    except (OSError, ValueError, IndexError):
+        try:
+            import psutil
+
+            return int(psutil.Process().memory_info().rss)
+        except Exception:  # no reading: the check is not measured
+            return 0
+
+
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
 class PhaseMixin:
     """The Prober's marks and spans, its leak checks and capture, and ``report()``:
     what runs between samples, kept apart from the sampling itself."""
@@ -93,6 +111,8 @@ class PhaseMixin:
 
     def _init_phases(self) -> None:
         self._labels = None  # the label fields of the samples taken now
+        self._check_retained = 0  # resident bytes the leak checks kept (_check_leaks)
+        self._check_retained_due = False
         self._phases = []  # the open spans, outermost first
         #: The latest marks and span edges (at most :data:`MAX_MARKS`), oldest first.
         self.marks = deque(maxlen=MAX_MARKS)
@@ -182,13 +202,26 @@ class PhaseMixin:
             return mark
 
     def _check_leaks(self, alarm: LeakAlarm) -> None:
-        """The leak alarm's check: never raises into the caller's loop."""
+        """The leak alarm's check: never raises into the caller's loop.
+
+        The resident size is read before and after: what a check takes and the
+        allocator does not give back (its temporaries fragment the heap, more as
+        the history grows) is memprobe's. The total goes into the next sample as
+        ``overhead/check_retained_bytes``, which verdicts subtract from the
+        resident size like memprobe's other own memory.
+        """
+        before = _resident_bytes()
         try:
             alarm.check(self.report(**alarm.options))
         except Warning:
             raise  # warnings turned into errors by the user's filters are theirs
         except Exception as exc:
             self._hook_failed("leak_alarm", "on_leak", exc)
+        finally:
+            after = _resident_bytes()
+            if before and after:
+                self._check_retained = max(0, self._check_retained + after - before)
+                self._check_retained_due = True
 
     def report(self, **options: Any) -> Report:
         """Leak verdicts on this Prober's ``history``, judged with its ``prefix``.

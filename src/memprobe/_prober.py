@@ -196,6 +196,7 @@ class Prober(PhaseMixin):
         bind_keys(self._probes, prefix)
         self._key_sample_seconds = make_key(prefix, "overhead", "sample_seconds")
         self._key_fraction = make_key(prefix, "overhead", "fraction")
+        self._key_check_retained = make_key(prefix, "overhead", "check_retained_bytes")
         self._hooks = SampleHooks(self._pm, prefix)
         self._any_errors = False  # a probe or a hook has failed: sample() adds errors/...
         self._init_phases()
@@ -210,6 +211,8 @@ class Prober(PhaseMixin):
         self.history.clear()
         if self.alarm is not None:
             self.alarm.reset()  # a capture the parent had open is abandoned
+        self._check_retained = 0
+        self._check_retained_due = False
         self._t_start = time.perf_counter()
         self._t_first = 0.0
         self._window_probe_seconds = 0.0
@@ -476,6 +479,10 @@ class Prober(PhaseMixin):
         ``memprobe_sample_end`` hooks, the leak alarm."""
         t3 = _perf_counter()
         values[self._key_sample_seconds] = t3 - t0
+        if self._check_retained_due:  # the leak check after the previous sample kept memory
+            self._check_retained_due = False
+            values[self._key_check_retained] = self._check_retained
+            shape = -1
         if self._t_first:
             window = t3 - self._t_first
             if window >= FRACTION_WINDOW_SECONDS:

@@ -23,16 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from . import _kinds
 from ._errors import ConfigError, show
 from ._sample import Sample
+from ._series import judged_keys, sample_series, site_probe
+from .keys import DEFAULT_PREFIX, infer_prefix, make_key, short_key, site_name
 from .trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
-from .keys import DEFAULT_PREFIX, infer_prefix, make_key, short_key, site_name, split_key
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -366,68 +366,6 @@ def analyze(
 # -- many metrics ----------------------------------------------------------------
 
 
-def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
-                sites: bool = True) -> Callable[[str], bool]:
-    """Which keys :func:`analyze_samples` reads: the metrics it judges, the site and
-    type keys (with ``sites``), and what it subtracts as memprobe's own memory.
-
-    A Prober judging its history reads only these (:meth:`History.select`): the
-    rest (growth, gc details, peaks) would make each check's temporary memory
-    grow with the history, until the history is full.
-    """
-    wanted = set(metrics if metrics is not None else DEFAULT_METRICS)
-    wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED,
-                   "tracemalloc/overhead_bytes"))
-    seen: dict[str, bool] = {}
-
-    def keep(key: str) -> bool:
-        found = seen.get(key)
-        if found is None:
-            found = seen[key] = (short_key(key, prefix) in wanted
-                                 or (sites and _site_probe(key, prefix) is not None))
-        return found
-    return keep
-
-
-def _series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], bool]
-            ) -> tuple[dict[str, tuple[array[float], array[float], array[float]]], array[float]]:
-    """``{key: (xs, ys, times)}``; the resident sizes less memprobe's own memory.
-
-    While tracemalloc traces, memprobe's own memory is known: tracemalloc's
-    (``tracemalloc/overhead_bytes``) and the traced blocks its filters leave out
-    (``traced_bytes - filtered_bytes``: memprobe's history, caches and sample
-    dicts, importlib's). Each sample's resident size is judged less the latest of
-    these, so a Prober that fills its history is not the user's leak. Also returns
-    that own memory at each sample.
-    """
-    out: dict[str, tuple[array[float], array[float], array[float]]] = {}
-    overhead_key = make_key(prefix, "tracemalloc", "overhead_bytes")
-    traced_key = make_key(prefix, *_kinds.TRACED.split("/"))
-    filtered_key = make_key(prefix, *_kinds.FILTERED.split("/"))
-    resident = {make_key(prefix, "process", m) for m in _kinds.RESIDENT}
-    own = 0.0
-    owns: array[float] = array("d")
-    for i, s in enumerate(samples):
-        x = float(s.step if s.step is not None else i)
-        values = s.values
-        if overhead_key in values:
-            own = float(values[overhead_key])
-            if traced_key in values and filtered_key in values:
-                own += max(0.0, float(values[traced_key]) - float(values[filtered_key]))
-        owns.append(own)
-        for k, v in values.items():
-            t = out.get(k)
-            if t is None:
-                if not keep(k):
-                    continue
-                # Unboxed columns: a check's memory is 24 bytes per point judged.
-                t = out[k] = (array("d"), array("d"), array("d"))
-            t[0].append(x)
-            t[1].append(float(v) - own if k in resident else float(v))
-            t[2].append(s.time_seconds)
-    return out, owns
-
-
 def _prefix_of(samples: Sequence[Sample]) -> str:
     """From the key every Prober sample has, else ``memprobe`` if the keys start with it."""
     for s in samples[:3]:
@@ -496,7 +434,7 @@ def analyze_samples(
     if prefix is None:
         samples = list(samples)
         prefix = _prefix_of(samples)
-    series, own = _series(samples, prefix, judged_keys(prefix, metrics, sites))
+    series, own = sample_series(samples, prefix, judged_keys(prefix, metrics, sites))
     shorts = {k: short_key(k, prefix) for k in series}
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if metrics is None and _kinds.FILTERED in shorts.values():
@@ -516,7 +454,7 @@ def analyze_samples(
         short = shorts[key]
         group = None
         if sites:
-            group = {"tracemalloc": site_v, "objects": type_v}.get(_site_probe(key, prefix))
+            group = {"tracemalloc": site_v, "objects": type_v}.get(site_probe(key, prefix))
         if group is None and short not in wanted:
             continue
         th = _threshold(key, short, thresholds, threshold_per_step if group is None else 0.0)
@@ -540,18 +478,3 @@ def analyze_samples(
             kind, culprits, note = _kinds.classify(v.metric, by_metric, site_names, type_names)
             verdicts[k] = dataclasses.replace(v, kind=kind, culprits=culprits, note=note)
     return Report(verdicts, sites_r, types_r, prefix)
-
-
-def _site_probe(key: str, prefix: str) -> str | None:
-    """The probe of a ``top/<name>/size_bytes`` or ``top/<name>/count`` key, else None."""
-    try:
-        parts = split_key(key, prefix)
-    except ValueError:
-        return None
-    if not parts.metric.startswith("top/") or site_name(parts.metric) is None:
-        return None
-    if parts.probe == "tracemalloc" and parts.metric.endswith("/size_bytes"):
-        return "tracemalloc"
-    if parts.probe == "objects" and parts.metric.endswith("/count"):
-        return "objects"
-    return None

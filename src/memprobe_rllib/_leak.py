@@ -38,6 +38,7 @@ JUDGED = (
     "process/num_fds",
     "tracemalloc/filtered_bytes",
     "objects/total_count",
+    "gc/allocated_blocks",
 )
 #: Culprit keys a process may add (bounded: one key per name, never reused).
 MAX_CULPRITS = 3

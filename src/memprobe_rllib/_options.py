@@ -33,7 +33,7 @@ DIAGNOSE_PERIOD = 25
 DIAGNOSE_BUDGET = 0.03
 DIAGNOSE_PROBES: Mapping[str, Mapping[str, Any]] = {
     "process": {},
-    "gc": {},
+    "gc": {"blocks": True},
     "tracemalloc": {"window_steps": 1, "period_steps": DIAGNOSE_PERIOD, "top": 10},
     "objects": {"every": DIAGNOSE_PERIOD, "top": 10},
 }
@@ -49,7 +49,7 @@ DIAGNOSE_PROBES: Mapping[str, Mapping[str, Any]] = {
 #: adapter names the culprit from the history itself (memprobe_rllib._leak).
 LEAK_OPTIONS: Mapping[str, Any] = {
     "metrics": ("process/rss_bytes", "process/num_fds", "tracemalloc/filtered_bytes",
-                "objects/total_count"),
+                "objects/total_count", "gc/allocated_blocks"),
     "sites": False,
     "max_points": 40,
 }

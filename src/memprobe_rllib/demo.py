@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(logdir, exist_ok=True)
     _quiet_ray()
 
-    import ray
     from ray.rllib.algorithms.ppo import PPOConfig
 
+    import ray
     from memprobe_rllib import MemoryProbeCallback
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,

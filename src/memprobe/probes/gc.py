@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import time
 import weakref
 from collections.abc import Callable
@@ -34,6 +35,11 @@ class GcProbe:
     """Per-generation object counts and collection statistics, garbage, collection time.
 
     It never forces a collection unless ``collect=True``.
+
+    ``blocks=True`` adds ``allocated_blocks`` (``sys.getallocatedblocks()``):
+    about one block per live small Python object, the cheap way to see retained
+    objects accumulate (tens of µs in a process of a million blocks, against tens
+    of ms for the objects probe's walk of every object).
     Collection time comes from a ``gc.callbacks`` hook installed by ``start()``
     and removed by ``stop()``.
     """
@@ -54,12 +60,18 @@ class GcProbe:
             "time spent in collections since the probe started", "seconds", "counter"),
         "collected_now_count": Metric(
             "objects freed by the forced collection (collect=True)", "count", "interval"),
+        "allocated_blocks": Metric(
+            "memory blocks Python's small-object allocator has in use: about one per live "
+            "small object (blocks=True)", "count"),
     }
 
-    def __init__(self, *, collect: bool = False) -> None:
+    def __init__(self, *, collect: bool = False, blocks: bool = False) -> None:
         if not isinstance(collect, bool):
             raise ConfigError("gc.collect", f"must be a bool, got {show(collect)}")
+        if not isinstance(blocks, bool):
+            raise ConfigError("gc.blocks", f"must be a bool, got {show(blocks)}")
         self.collect = collect
+        self.blocks = blocks
         self._t0 = 0.0
         self._spent = 0.0
         self._spent_reported = 0.0
@@ -117,6 +129,8 @@ class GcProbe:
             out[k_count] = counts[i] if i < n else 0
             out[k_uncollectable] = st.get("uncollectable", 0)
         out["garbage_count"] = len(gc.garbage)
+        if self.blocks:
+            out["allocated_blocks"] = sys.getallocatedblocks()
         spent = self._spent
         out["collection_seconds"] = spent - self._spent_reported
         out["collection_seconds_total"] = spent
@@ -129,7 +143,7 @@ class GcProbe:
         their final keys (``head`` is ``<prefix>/<name>/``). ``gc.get_stats()`` is read
         again only when a collection has ended since the last read (see
         ``STATS_MAX_AGE_SECONDS``); the generation counts are read in every sample."""
-        if self.collect:
+        if self.collect or self.blocks:
             return None
         gens = [tuple(head + k for k in keys) for keys in _KEYS]
         k_seconds = head + "collection_seconds"

@@ -78,7 +78,8 @@ class ObjectsProbe:
         del objs
         out: dict[str, Any] = {"total_count": sum(counts.values()), "types_count": len(counts)}
         if self.top:
-            out["top"] = SiteMap((type_name(t), {"count": c}) for t, c in _largest(counts, self.top))
+            top = _largest(counts, self.top)
+            out["top"] = SiteMap((type_name(t), {"count": c}) for t, c in top)
             grown: dict[type, int] = {}
             if self._previous is not None:
                 previous = self._previous
@@ -86,7 +87,8 @@ class ObjectsProbe:
                     d = c - previous.get(t, 0)
                     if d > 0:
                         grown[t] = d
-            out["growth"] = SiteMap((type_name(t), {"count": d}) for t, d in _largest(grown, self.top))
+            most = _largest(grown, self.top)
+            out["growth"] = SiteMap((type_name(t), {"count": d}) for t, d in most)
         # Keep only counts keyed by type: holding the types keeps no instances alive.
         self._previous = counts
         return out

@@ -8,8 +8,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .._errors import ConfigError, show
 from .. import _pid
+from .._errors import ConfigError, show
 from .._pid import current_pid
 from ..hookspecs import hookimpl
 from ..metrics import Metric

@@ -1,0 +1,94 @@
+"""The series a leak verdict reads from samples: the keys it judges, in unboxed
+columns, and memprobe's own memory at each sample (subtracted from the resident size)."""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+
+from . import _kinds
+from ._sample import Sample
+from .keys import make_key, short_key, site_name, split_key
+
+
+def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
+                sites: bool = True) -> Callable[[str], bool]:
+    """Which keys :func:`analyze_samples` reads: the metrics it judges, the site and
+    type keys (with ``sites``), and what it subtracts as memprobe's own memory.
+
+    A Prober judging its history reads only these (:meth:`History.select`): the
+    rest (growth, gc details, peaks) would make each check's temporary memory
+    grow with the history, until the history is full.
+    """
+    wanted = set(metrics if metrics is not None else _kinds.DEFAULT_METRICS)
+    wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED,
+                   "tracemalloc/overhead_bytes", "overhead/check_retained_bytes"))
+    seen: dict[str, bool] = {}
+
+    def keep(key: str) -> bool:
+        found = seen.get(key)
+        if found is None:
+            found = seen[key] = (short_key(key, prefix) in wanted
+                                 or (sites and site_probe(key, prefix) is not None))
+        return found
+    return keep
+
+
+def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], bool]
+            ) -> tuple[dict[str, tuple[array[float], array[float], array[float]]], array[float]]:
+    """``{key: (xs, ys, times)}``; the resident sizes less memprobe's own memory.
+
+    While tracemalloc traces, memprobe's own memory is known: tracemalloc's
+    (``tracemalloc/overhead_bytes``) and the traced blocks its filters leave out
+    (``traced_bytes - filtered_bytes``: memprobe's history, caches and sample
+    dicts, importlib's). With a leak alarm, so is what its checks kept
+    (``overhead/check_retained_bytes``). Each sample's resident size is judged less the latest of
+    these, so a Prober that fills its history is not the user's leak. Also returns
+    that own memory at each sample.
+    """
+    out: dict[str, tuple[array[float], array[float], array[float]]] = {}
+    overhead_key = make_key(prefix, "tracemalloc", "overhead_bytes")
+    traced_key = make_key(prefix, *_kinds.TRACED.split("/"))
+    filtered_key = make_key(prefix, *_kinds.FILTERED.split("/"))
+    resident = {make_key(prefix, "process", m) for m in _kinds.RESIDENT}
+    checks_key = make_key(prefix, "overhead", "check_retained_bytes")
+    traced_own = checks_own = own = 0.0
+    owns: array[float] = array("d")
+    for i, s in enumerate(samples):
+        x = float(s.step if s.step is not None else i)
+        values = s.values
+        if overhead_key in values:
+            traced_own = float(values[overhead_key])
+            if traced_key in values and filtered_key in values:
+                traced_own += max(0.0, float(values[traced_key]) - float(values[filtered_key]))
+            own = traced_own + checks_own
+        if checks_key in values:
+            checks_own = float(values[checks_key])
+            own = traced_own + checks_own
+        owns.append(own)
+        for k, v in values.items():
+            t = out.get(k)
+            if t is None:
+                if not keep(k):
+                    continue
+                # Unboxed columns: a check's memory is 24 bytes per point judged.
+                t = out[k] = (array("d"), array("d"), array("d"))
+            t[0].append(x)
+            t[1].append(float(v) - own if k in resident else float(v))
+            t[2].append(s.time_seconds)
+    return out, owns
+
+
+def site_probe(key: str, prefix: str) -> str | None:
+    """The probe of a ``top/<name>/size_bytes`` or ``top/<name>/count`` key, else None."""
+    try:
+        parts = split_key(key, prefix)
+    except ValueError:
+        return None
+    if not parts.metric.startswith("top/") or site_name(parts.metric) is None:
+        return None
+    if parts.probe == "tracemalloc" and parts.metric.endswith("/size_bytes"):
+        return "tracemalloc"
+    if parts.probe == "objects" and parts.metric.endswith("/count"):
+        return "objects"
+    return None
