@@ -100,6 +100,16 @@ def is_library_site(site: str) -> bool:
     return bool(origin) and any(origin.startswith(r) for r in roots)
 
 
+def _is_site(name: str) -> bool:
+    """A ``file.py:line`` site (or ``a.py:1 → b.py:2``), not a type, ``native`` or ``fds``."""
+    return ".py:" in name or name.startswith("<")
+
+
+def user_survivor_sites(history: Sequence[Any], prefix: str) -> list[tuple[str, float]]:
+    """:func:`survivor_sites` in the user's own code (not the stdlib's or a package's)."""
+    return [(site, b) for site, b in survivor_sites(history, prefix) if not is_library_site(site)]
+
+
 def growing_types(history: Sequence[Any], prefix: str) -> list[str]:
     """Object types whose live count grew most between the first and the last third
     of the samples that counted objects, fastest first."""
@@ -139,15 +149,19 @@ def culprits_of(verdict: Any, history: Sequence[Any], prefix: str) -> tuple[str,
         return tuple(verdict.culprits[:MAX_CULPRITS])
     if kind == "threads":
         return ("threads",)
-    if metric.startswith("objects/"):
-        return tuple(growing_types(history, prefix)[:MAX_CULPRITS])
+    # Windowed tracing: the verdict cannot see Python's growth across windows; the
+    # blocks that survive each window can. Library sites survive every window in a
+    # healthy EnvRunner too (the episodes in flight until sample() returns): only the
+    # user's own sites are named here.
+    if metric.startswith("objects/") or metric == "gc/allocated_blocks":
+        types = growing_types(history, prefix)
+        if types:
+            return tuple(types[:MAX_CULPRITS])
+        # Too few walks of the heap to tell the type yet (the alarm's capture counts
+        # them): the user's lines whose objects survive the windows.
+        return tuple(site for site, _ in user_survivor_sites(history, prefix)[:MAX_CULPRITS])
     if metric.endswith("_bytes"):
-        # Windowed tracing: the verdict cannot see Python's growth across windows;
-        # the blocks that survive each window can.
-        # Library sites survive every window in a healthy EnvRunner too (the episodes
-        # in flight until sample() returns): only the user's own sites are named here.
-        sites = [(site, b) for site, b in survivor_sites(history, prefix)
-                 if not is_library_site(site)]
+        sites = user_survivor_sites(history, prefix)
         per_step = max(float(verdict.slope_per_step), 1.0)
         if sites and sum(b for _, b in sites[:MAX_CULPRITS]) >= _PYTHON_SHARE * per_step:
             return tuple(site for site, _ in sites[:MAX_CULPRITS])
@@ -206,10 +220,25 @@ class LeakState:
         if report is None or report is self._seen_report:
             return
         self._seen_report = report
+        captured: list[str] = []
         for key, v in report.verdicts.items():
             self.latest[key] = v
             if key in self.alarmed and not v.leak:
                 del self.alarmed[key]  # judged healthy again: the alarm is lowered
+            elif key in self.alarmed and v.culprits:
+                # Culprits the alarm's capture named (first in the verdict that opened it).
+                rate = float(v.rate_per_hour or 0.0)
+                names = [n for n in v.culprits if not (_is_site(n) and is_library_site(n))]
+                if v.kind == "objects":  # the retained type first, then the lines
+                    names.sort(key=_is_site)
+                for name in names:
+                    if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
+                        self.culprits[name] = rate
+                        captured.append(name)
+        if captured:
+            who = self.role if self.index is None else f"{self.role} {self.index}"
+            warn(f"memprobe_rllib: {who}: leak culprits found since the alarm: "
+                 f"{', '.join(captured)}", LeakWarning)
 
     # -- as keys ------------------------------------------------------------------------
     def values(self, sample_keys: Any = ()) -> dict[str, float]:
