@@ -204,7 +204,8 @@ class PhaseMixin:
     def _check_leaks(self, alarm: LeakAlarm) -> None:
         """The leak alarm's check: never raises into the caller's loop.
 
-        The resident size is read before and after: what a check takes and the
+        Sites and types are judged only when a metric leaks. The resident size
+        is read before and after: what a check takes and the
         allocator does not give back (its temporaries fragment the heap, more as
         the history grows) is memprobe's. The total goes into the next sample as
         ``overhead/check_retained_bytes``, which verdicts subtract from the
@@ -212,7 +213,13 @@ class PhaseMixin:
         """
         before = _resident_bytes()
         try:
-            alarm.check(self.report(**alarm.options))
+            options = alarm.options
+            report = self.report(**{**options, "sites": False})
+            if report.leaking and options.get("sites", True):
+                # Per-site and per-type verdicts, to name the culprits, only when a
+                # metric leaks: a healthy job's checks read a few series, not dozens.
+                report = self.report(**options)
+            alarm.check(report)
         except Warning:
             raise  # warnings turned into errors by the user's filters are theirs
         except Exception as exc:

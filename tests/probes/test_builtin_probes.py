@@ -89,6 +89,36 @@ def test_gc_probe_counts_collections_and_time() -> None:
                    for cb in gc.callbacks)  # stop() removed its callback
 
 
+class _Kept:
+    """A small object of a class of its own, kept by the retained-objects tests."""
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+
+def test_gc_blocks_count_retained_small_objects() -> None:
+    with memprobe.Prober({"gc": {"blocks": True}}) as prober:
+        before = prober.sample()["memprobe/gc/allocated_blocks"]
+        kept = [_Kept(i) for i in range(20_000)]
+        after = prober.sample()["memprobe/gc/allocated_blocks"]
+        del kept
+        freed = prober.sample()["memprobe/gc/allocated_blocks"]
+    assert after - before >= 20_000  # one block per object, at least
+    assert freed < after - 15_000
+
+
+def test_retained_objects_judged_from_gc_blocks_are_kind_objects() -> None:
+    kept: list[_Kept] = []
+    with memprobe.Prober({"process": {}, "gc": {"blocks": True}}) as prober:
+        for step in range(120):
+            kept.extend(_Kept(i) for i in range(300))
+            prober.sample(step=step)
+        report = prober.report()
+    v = report.verdicts["memprobe/gc/allocated_blocks"]
+    assert v.leak and v.kind == "objects", v.describe()
+    assert v.slope_per_step >= 300
+
+
 def test_process_full_info_adds_uss() -> None:
     with memprobe.Prober({"process": {"full": True}}) as prober:
         values = prober.sample()
