@@ -35,7 +35,8 @@ def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
 
 
 def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], bool]
-            ) -> tuple[dict[str, tuple[array[float], array[float], array[float]]], array[float]]:
+            ) -> tuple[dict[str, tuple[array[float], array[float], array[float]]], array[float],
+                       float]:
     """``{key: (xs, ys, times)}``; the resident sizes less memprobe's own memory.
 
     While tracemalloc traces, memprobe's own memory is known: tracemalloc's
@@ -44,7 +45,7 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
     dicts, importlib's). With a leak alarm, so is what its checks kept
     (``overhead/check_retained_bytes``). Each sample's resident size is judged less the latest of
     these, so a Prober that fills its history is not the user's leak. Also returns
-    that own memory at each sample.
+    that own memory at each sample, and the latest of what the checks kept.
     """
     out: dict[str, tuple[array[float], array[float], array[float]]] = {}
     overhead_key = make_key(prefix, "tracemalloc", "overhead_bytes")
@@ -76,7 +77,7 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
             t[0].append(x)
             t[1].append(float(v) - own if k in resident else float(v))
             t[2].append(s.time_seconds)
-    return out, owns
+    return out, owns, checks_own
 
 
 def site_probe(key: str, prefix: str) -> str | None:

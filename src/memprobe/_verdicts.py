@@ -378,6 +378,13 @@ def _prefix_of(samples: Sequence[Sample]) -> str:
     return ""
 
 
+def count_floor(ys: Sequence[float], fraction: float) -> float:
+    """The smallest growth of a count (objects, blocks) that is a leak: ``fraction``
+    of its median. A few hundred of memprobe's own objects in a heap of a million
+    are not the user's leak; a handful of descriptors out of fifty are."""
+    return fraction * abs(median(ys)) if len(ys) else 0.0
+
+
 def _threshold(key: str, short: str, thresholds: Mapping[str, float] | None,
                default: float) -> float:
     for k in (key, short) if thresholds else ():
@@ -434,7 +441,7 @@ def analyze_samples(
     if prefix is None:
         samples = list(samples)
         prefix = _prefix_of(samples)
-    series, own = sample_series(samples, prefix, judged_keys(prefix, metrics, sites))
+    series, own, checks_kept = sample_series(samples, prefix, judged_keys(prefix, metrics, sites))
     shorts = {k: short_key(k, prefix) for k in series}
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if metrics is None and _kinds.FILTERED in shorts.values():
@@ -445,7 +452,9 @@ def analyze_samples(
     # the allocator's overhead on memprobe's own blocks (pymalloc pools, fragmentation)
     # is not in it. A resident growth within what memprobe's own memory grew by over
     # the last three quarters of the run is below what the check can resolve.
-    resident_floor = max(floor, own[-1] - own[len(own) // 4]) if own else floor
+    # What the leak checks kept is measured across each check, but the allocator may
+    # give a check's pages back, or take more, a little later: within that much too.
+    resident_floor = max(floor, own[-1] - own[len(own) // 4] + checks_kept) if own else floor
     resident = {make_key(prefix, "process", m) for m in _kinds.RESIDENT}
     verdicts: dict[str, Verdict] = {}
     site_v: list[Verdict] = []
@@ -460,7 +469,8 @@ def analyze_samples(
         th = _threshold(key, short, thresholds, threshold_per_step if group is None else 0.0)
         v = analyze(xs, ys, key=key, times=ts, threshold_per_step=th, prefix=prefix, step=step,
                     min_growth=(resident_floor if key in resident else
-                                floor if key.endswith("_bytes") else 0.0), **options)
+                                floor if key.endswith("_bytes") else
+                                count_floor(ys, min_growth_fraction)), **options)
         if group is None:
             verdicts[key] = v
         else:
