@@ -168,6 +168,7 @@ class Outcome:
 
     process: str = "main"
     alarm_at: int | None = None  # iteration the live alarm fired, or None
+    alarm_metric: str = ""  # the metric it fired on
     status: str = "ok"  # of the final report: leak, or the worst other status
     kind: str | None = None
     culprit: str | None = None
@@ -230,12 +231,12 @@ def measure(name: str, iterations: int) -> Outcome:
     import memprobe
 
     step = PROGRAMS[name]()
-    fired: list[int] = []
+    fired: list[tuple[int, str]] = []
     i = 0
     probes = {"process": {}, "gc": {}, "objects": {"top": 20, "every": 2},
               "tracemalloc": {"top": 20, "nframe": 16, "group_by": "user", "every": 2}}
     with memprobe.Prober(probes, load_entrypoints=False,
-                         on_leak=lambda v: fired.append(i)) as prober:
+                         on_leak=lambda v: fired.append((i, v.metric))) as prober:
         for i in range(iterations):
             step(i)
             prober.sample(step=i)
@@ -243,7 +244,8 @@ def measure(name: str, iterations: int) -> Outcome:
     order = ("leak", "slight", "levelled", "ok", "insufficient")
     statuses = [v.status for v in report.verdicts.values()]
     status = min(statuses, key=order.index) if statuses else "insufficient"
-    return Outcome(alarm_at=fired[0] if fired else None, status=status, kind=report.kind,
+    return Outcome(alarm_at=fired[0][0] if fired else None,
+                   alarm_metric=fired[0][1] if fired else "", status=status, kind=report.kind,
                    culprit=report.culprit, leaking=report.leaking_metrics)
 
 
@@ -298,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             right, why = judge(case, o)
             wrong += not right
             culprit = (o.culprit or "-").replace("|", "/")
-            print(f"| {case.name} | {case.expect} | {o.alarm_at if o.alarm_at is not None else '-'} "
+            alarm = "-" if o.alarm_at is None else f"{o.alarm_at} ({o.alarm_metric})"
+            print(f"| {case.name} | {case.expect} | {alarm} "
                   f"| {o.status} | {o.kind or '-'} | {culprit} "
                   f"| {'yes' if right else 'NO: ' + why} | {o.seconds:.0f} |", flush=True)
     print()

@@ -69,6 +69,7 @@ LEAK_OPTIONS = frozenset({
 })
 
 _LATE_MIN_POINTS = 10  # points the last-half check of analyze() needs
+_LATE_FRACTION = 0.25  # a late rate under this part of the rate judged: levelled off
 
 
 def format_culprit(site: str) -> str:
@@ -340,14 +341,19 @@ def analyze(
     status: Status
     if low > threshold_per_step and growth > effect_sigmas * sigma and slope > 0:
         status = "leak"
-        if len(ux) // 2 >= _LATE_MIN_POINTS:
-            # Growth must go on in the last half too: a step or a cache that filled
-            # (a warm-up the detection missed) stops there, a leak does not.
-            h = len(ux) // 2
+        # Growth must go on in the last half, and in the last quarter: a step or a
+        # cache that filled (a warm-up the detection missed) stops there, a leak does not.
+        for part in (2, 4):
+            if len(ux) // part < _LATE_MIN_POINTS:
+                break
+            h = len(ux) - len(ux) // part
             lx, ly = bin_medians(ux[h:], uy[h:], max_points)
-            _, late_low, _, _ = theil_sen(lx, ly, confidence, autocorrelation=autocorrelation)
-            if late_low <= threshold_per_step:
+            late, late_low, _, _ = theil_sen(lx, ly, confidence, autocorrelation=autocorrelation)
+            # Levelled: no significant growth there, or growth at a small part of the
+            # rate judged (a fill that slows down; a leak keeps its rate).
+            if late_low <= threshold_per_step or late < _LATE_FRACTION * slope:
                 status = "levelled"
+                break
         if status == "leak" and growth < min_growth:
             status = "slight"
         elif status == "leak" and warmup == "auto" and n < 2 * min_points:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+import struct
 import time
 import tracemalloc
 from collections import Counter
@@ -27,12 +28,18 @@ from typing import Any
 
 from ._errors import ConfigError, ProbeError, show
 from ._flatten import SiteMap
-from ._sitestats import Stats, default_filters, site_stats
+from ._sitestats import MEMPROBE_PACKAGES, Stats, default_filters, site_stats
 from .keys import shorten_path
 from .probes.memray import MemrayWindow, NativeSite, _memray
 from .probes.objects import type_name
 from .probes.tracemalloc import acquire_tracing, growth, release_tracing
 from .referrers import Chain, referrer_chains
+
+
+def _is_own_type(t: type) -> bool:
+    """A type of memprobe's packages, or ``struct.Struct`` (each history layout has one)."""
+    module = getattr(t, "__module__", "") or ""
+    return module.split(".", 1)[0] in MEMPROBE_PACKAGES or t is struct.Struct
 
 
 @dataclass(frozen=True)
@@ -241,7 +248,9 @@ class CulpritCapture:
             now = _type_counts()
             deltas = sorted(((t, c - self._types.get(t, 0)) for t, c in now.items()),
                             key=lambda tc: (-tc[1], type_name(tc[0])))
-            deltas = [(t, d) for t, d in deltas if d > 0][: self.top]
+            # memprobe's own types (its history's layouts) are never the user's culprit.
+            deltas = [(t, d) for t, d in deltas
+                      if d > 0 and not _is_own_type(t)][: self.top]
             types = [(type_name(t), d) for t, d in deltas]
             # The holders walk explains a class defined in Python (a heap type): the
             # C types (containers, functions, weakrefs) grow with any leak and import.

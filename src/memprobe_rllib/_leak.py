@@ -225,8 +225,9 @@ class LeakState:
             self.latest[key] = v
             if key in self.alarmed and not v.leak:
                 del self.alarmed[key]  # judged healthy again: the alarm is lowered
-            elif key in self.alarmed and v.culprits:
-                # Culprits the alarm's capture named (first in the verdict that opened it).
+            elif key in self.alarmed and v.culprits and v.kind in ("python", "objects"):
+                # Culprits the alarm's capture named (first in the verdict that opened it):
+                # lines and types, which say nothing of an fd or a native leak.
                 rate = float(v.rate_per_hour or 0.0)
                 names = [n for n in v.culprits if not (_is_site(n) and is_library_site(n))]
                 if v.kind == "objects":  # the retained type first, then the lines
