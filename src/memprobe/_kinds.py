@@ -34,6 +34,8 @@ FILTERED = "tracemalloc/filtered_bytes"
 TRACED = "tracemalloc/traced_bytes"
 #: Live blocks of Python's small-object allocator (``gc`` probe, ``blocks=True``).
 BLOCKS = "gc/allocated_blocks"
+#: Counts of live objects (besides the objects probe's ``objects/...``).
+OBJECT_COUNTS = ("objects/total_count", BLOCKS)
 
 #: Metrics judged by :func:`memprobe.analyze_samples` (without prefix), besides
 #: the per-site and per-type series. ``tracemalloc/traced_bytes`` is judged only

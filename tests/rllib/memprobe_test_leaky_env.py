@@ -37,6 +37,34 @@ def leak_line() -> str:
     return f"memprobe_test_leaky_env.py:{first + off}"
 
 
+class StepNote:
+    """A small object of a class of its own: what RetainingCartPole keeps."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+
+class RetainingCartPole(CartPoleEnv):
+    """CartPole-v1's dynamics; every ``step()`` keeps one small ``StepNote`` (~100 B)."""
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__()
+        self._steps = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        self._steps = 0
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        NOTES.append(StepNote(self._steps))
+        self._steps += 1
+        return obs, reward, terminated, truncated or self._steps >= 500, info
+
+
+NOTES: list[StepNote] = []
+
+
 class BrokenCartPole(CartPoleEnv):
     """CartPole whose ``step()`` raises (the checker must name the component)."""
 

@@ -129,3 +129,20 @@ def test_an_injected_leak_is_found_and_named(ray_session):
     line = leak_line()
     assert any(line in k for k in culprits), culprits  # where: the leaking line
     assert results[-1]["memprobe/driver/leak/suspect"] == 0.0  # the driver does not leak
+
+
+def test_retained_small_objects_are_found_and_their_type_named(ray_session):
+    """One ~100 B object kept per env step: far under the resident-size floor, found
+    through gc/allocated_blocks; the capture after the alarm names the type."""
+    from memprobe_test_leaky_env import NOTES, RetainingCartPole
+
+    cls = MemoryProbeCallback.configure(diagnose=True, learners=False)
+    results = run(ppo(RetainingCartPole, cls), 16)
+    NOTES.clear()
+    er = results[-1]["env_runners"]
+    found = [i for i, r in enumerate(results, 1) if r["env_runners"]["memprobe/leak/suspect"]]
+    assert found and found[0] <= ITERATIONS, found
+    assert er["memprobe/leak/gc/allocated_blocks/suspect"] == 1.0
+    culprits = [k for k in er if k.startswith("memprobe/leak/culprit/")]
+    assert any("StepNote" in k for k in culprits), culprits
+    assert results[-1]["memprobe/driver/leak/suspect"] == 0.0
