@@ -45,7 +45,7 @@ class StepNote:
 
 
 class RetainingCartPole(CartPoleEnv):
-    """CartPole-v1's dynamics; every ``step()`` keeps one small ``StepNote`` (~100 B)."""
+    """CartPole-v1's dynamics; every ``step()`` keeps three small ``StepNote``s (~300 B)."""
 
     def __init__(self, config: Any = None) -> None:
         super().__init__()
@@ -57,7 +57,7 @@ class RetainingCartPole(CartPoleEnv):
 
     def step(self, action: Any) -> Any:
         obs, reward, terminated, truncated, info = super().step(action)
-        NOTES.append(StepNote(self._steps))
+        NOTES.extend(StepNote(self._steps) for _ in range(3))
         self._steps += 1
         return obs, reward, terminated, truncated or self._steps >= 500, info
 

@@ -132,7 +132,7 @@ def test_an_injected_leak_is_found_and_named(ray_session):
 
 
 def test_retained_small_objects_are_found_and_their_type_named(ray_session):
-    """One ~100 B object kept per env step: far under the resident-size floor, found
+    """Three ~100 B objects kept per env step: far under the resident-size floor, found
     through gc/allocated_blocks; the capture after the alarm names the type."""
     from memprobe_test_leaky_env import NOTES, RetainingCartPole
 
