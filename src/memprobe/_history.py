@@ -217,10 +217,14 @@ class History(Sequence[Sample]):
             assert layout is not None  # a row in use keeps its layout
             values = dict(zip(layout.keys, layout.packer.unpack_from(
                 self._data, row * self._row_bytes)))
+        return make_sample(self._times[row], self._step(row), self._pids[row], values)
+
+    def _step(self, row: int) -> int | None:
+        """The step of ``row`` (None if the sample had none; an int beyond int64 kept aside)."""
         step: int | None = self._steps[row] if self._has_step[row] else None
         if step is not None and self._aside:
             step = self._aside.get(-1 - row, step)
-        return make_sample(self._times[row], step, self._pids[row], values)
+        return step
 
     @overload
     def __getitem__(self, i: int) -> Sample: ...
@@ -264,10 +268,7 @@ class History(Sequence[Sample]):
                 keys, at = pick
                 row_values = layout.packer.unpack_from(self._data, row * self._row_bytes)
                 values = dict(zip(keys, [row_values[n] for n in at]))
-            step: int | None = self._steps[row] if self._has_step[row] else None
-            if step is not None and self._aside:
-                step = self._aside.get(-1 - row, step)
-            yield make_sample(self._times[row], step, self._pids[row], values)
+            yield make_sample(self._times[row], self._step(row), self._pids[row], values)
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` for one metric; x is the step, or the sample index."""
