@@ -18,7 +18,6 @@ and draws marks as vertical lines and spans as shaded bands.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections import deque
@@ -71,23 +70,6 @@ def check_label(label: Any) -> str:
         raise ConfigError("label", f"must be at most {MAX_LABEL_CHARS} characters, "
                           f"got {len(label)}")
     return label
-
-
-def _resident_bytes() -> int:
-    """This process's resident size in bytes (0 where it cannot be read)."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE_BYTES
-    except (OSError, ValueError, IndexError):
-        try:
-            import psutil
-
-            return int(psutil.Process().memory_info().rss)
-        except Exception:  # no reading: the check is not measured
-            return 0
-
-
-_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class PhaseMixin:
@@ -211,7 +193,9 @@ class PhaseMixin:
         ``overhead/check_retained_bytes``, which verdicts subtract from the
         resident size like memprobe's other own memory.
         """
-        before = _resident_bytes()
+        from .probes.process import resident_bytes
+
+        before = resident_bytes()
         try:
             options = alarm.options
             report = self.report(**{**options, "sites": False})
@@ -225,7 +209,7 @@ class PhaseMixin:
         except Exception as exc:
             self._hook_failed("leak_alarm", "on_leak", exc)
         finally:
-            after = _resident_bytes()
+            after = resident_bytes()
             if before and after:
                 self._check_retained = max(0, self._check_retained + after - before)
                 self._check_retained_due = True
