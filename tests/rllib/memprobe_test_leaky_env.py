@@ -1,5 +1,5 @@
-"""Envs for the leak checker's tests: a CartPole that leaks 4 KiB per step into a
-module-level list, and one whose step() raises."""
+"""Envs for the leak tests: CartPoles that keep 4 KiB, or three small objects, per step
+in a module-level list, and one whose step() raises."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 LEAKED: list[bytearray] = []
 
 
-class LeakyCartPole(CartPoleEnv):
-    """CartPole-v1's dynamics; every ``step()`` keeps 4 KiB forever."""
+class _KeepingCartPole(CartPoleEnv):
+    """CartPole-v1's dynamics, episodes capped at 500 steps; ``keep()`` after each step."""
 
     def __init__(self, config: Any = None) -> None:
         super().__init__()
@@ -23,16 +23,26 @@ class LeakyCartPole(CartPoleEnv):
 
     def step(self, action: Any) -> Any:
         obs, reward, terminated, truncated, info = super().step(action)
-        LEAKED.append(bytearray(4096))  # LEAK: this line is the culprit the tests look for
+        self.keep()
         self._steps += 1
         return obs, reward, terminated, truncated or self._steps >= 500, info
+
+    def keep(self) -> None:
+        """What a step keeps forever (nothing here)."""
+
+
+class LeakyCartPole(_KeepingCartPole):
+    """Every ``step()`` keeps 4 KiB forever."""
+
+    def keep(self) -> None:
+        LEAKED.append(bytearray(4096))  # LEAK: this line is the culprit the tests look for
 
 
 def leak_line() -> str:
     """``memprobe_test_leaky_env.py:<line>`` of the leaking statement."""
     import inspect
 
-    src, first = inspect.getsourcelines(LeakyCartPole.step)
+    src, first = inspect.getsourcelines(LeakyCartPole.keep)
     off = next(i for i, line in enumerate(src) if "LEAKED.append" in line)
     return f"memprobe_test_leaky_env.py:{first + off}"
 
@@ -44,22 +54,11 @@ class StepNote:
         self.step = step
 
 
-class RetainingCartPole(CartPoleEnv):
-    """CartPole-v1's dynamics; every ``step()`` keeps three small ``StepNote``s (~300 B)."""
+class RetainingCartPole(_KeepingCartPole):
+    """Every ``step()`` keeps three small ``StepNote``s (~300 B)."""
 
-    def __init__(self, config: Any = None) -> None:
-        super().__init__()
-        self._steps = 0
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
-        self._steps = 0
-        return super().reset(seed=seed, options=options)
-
-    def step(self, action: Any) -> Any:
-        obs, reward, terminated, truncated, info = super().step(action)
+    def keep(self) -> None:
         NOTES.extend(StepNote(self._steps) for _ in range(3))
-        self._steps += 1
-        return obs, reward, terminated, truncated or self._steps >= 500, info
 
 
 NOTES: list[StepNote] = []
