@@ -11,7 +11,8 @@ leaks of Python heap (one line), native memory (ctypes ``malloc``), file
 descriptors and objects of a class of their own. Per run and process (driver,
 EnvRunner 1, Learner 0):
 
-- the live alarm: the first iteration whose results carry ``leak/suspect = 1``;
+- the live alarm: the first iteration whose results carry ``leak/suspect = 1``,
+  and whether it holds: raised in every iteration from then on (a leak does not stop);
 - the culprit the live keys name (``memprobe/leak/culprit/<where>/...``);
 - the final verdict on the process's JSONL (``memprobe.analyze_samples``, what
   ``memprobe report`` reads);
@@ -20,7 +21,8 @@ EnvRunner 1, Learner 0):
   gives the precise ratio).
 
 Goals: no alarm, live or in the report, on healthy and bounded cases; every leak
-found by the live alarm within 10 iterations, in the EnvRunner, culprit named.
+found by the live alarm within 10 iterations, in the EnvRunner, culprit named, the
+alarm held to the last iteration.
 Each run's row is appended to ``--out`` as it finishes.
 """
 
@@ -128,10 +130,12 @@ def rejudge_ok(row: dict[str, Any]) -> None:
     else:
         named = bool(want) and any(want in c for c in er["culprits"])
         found = er["alarm_at"] is not None and er["alarm_at"] <= 10
+        held = er.get("held", True)  # rows of runs made before "held" was recorded
         others = [p for p in ("driver", "learner 0") if row["processes"][p].get("alarm_at")]
-        row["ok"] = found and named and not others
+        row["ok"] = found and held and named and not others
         row["why"] = "" if row["ok"] else (
             ("not found within 10 iterations; " if not found else "")
+            + ("" if held or not found else "alarm lowered before the end; ")
             + ("" if named else f"culprit {er['culprits']} lacks {want!r}; ")
             + (f"false alarm in {others}" if others else ""))
 
@@ -147,14 +151,18 @@ def judge_run(name: str, seed: int, iterations: int, baseline: float) -> dict[st
                            "seconds": round(seconds, 1), "processes": {}}
     for proc, head in PROCESSES.items():
         alarm_at = None
+        held = True
         culprits: list[str] = []
         for i, r in enumerate(results, 1):
             keys = _leak_keys(r, head)
             if keys.get("suspect") and alarm_at is None:
                 alarm_at = i
+            elif alarm_at is not None and not keys.get("suspect"):
+                held = False
             culprits = [k[len("culprit/"):-len("/rate_per_hour")] for k in keys
                         if k.startswith("culprit/")]
-        row["processes"][proc] = {"alarm_at": alarm_at, "culprits": culprits}
+        row["processes"][proc] = {"alarm_at": alarm_at, "held": alarm_at is not None and held,
+                                  "culprits": culprits}
     row["logdir"] = logdir
     judge_files(row, logdir)
     row["steps_ratio"] = round(steps_per_second(results) / baseline, 3) if baseline else None
@@ -211,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     """A Markdown table: one row per run."""
-    print("| case | seed | EnvRunner alarm at | culprit named | driver alarm | learner alarm | "
+    print("| case | seed | EnvRunner alarm at (held) | culprit named | driver alarm | "
+          "learner alarm | "
           "JSONL verdict, live options (memprobe report defaults): EnvRunner / driver / "
           "learner | steps/s ratio | ok |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -222,7 +231,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         reports = " / ".join(f"{p.get(k, {}).get('report_live_options', '-')} "
                              f"({p.get(k, {}).get('report', '-')})"
                              for k in ("env_runner 1", "driver", "learner 0"))
-        print(f"| {r['case']} | {r['seed']} | {er.get('alarm_at') or '-'} | "
+        at = er.get("alarm_at")
+        held = "" if at is None or "held" not in er else (" (held)" if er["held"] else
+                                                          " (lowered)")
+        print(f"| {r['case']} | {r['seed']} | {at or '-'}{held} | "
               f"{', '.join(er.get('culprits', [])) or '-'} | {dr.get('alarm_at') or '-'} | "
               f"{lr.get('alarm_at') or '-'} | {reports} | "
               f"{r.get('steps_ratio', '-')} | {ok} |")

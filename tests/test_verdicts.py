@@ -173,6 +173,29 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
         memprobe.Prober(["process"], on_leak=42)
 
 
+def test_what_the_alarm_does_after_a_check_is_not_the_checks_own_memory() -> None:
+    """The resident size a check keeps is memprobe's (subtracted from the user's); what
+    its ``on_leak`` (or the capture it opens) takes afterwards is not: counted, it would
+    hide that much of the leak that raised the alarm."""
+    keep: list[mmap.mmap] = []
+    fired: list[str] = []
+
+    def on_leak(verdict: memprobe.Verdict) -> None:
+        fired.append(verdict.key)
+        keep.extend(_fresh_mib() for _ in range(8))  # 8 MiB after the verdict
+
+    with memprobe.Prober(["process"], on_leak=on_leak, leak_check_every=10,
+                         capture_on_leak=False) as prober:
+        for i in range(120):
+            keep.append(_fresh_mib())
+            prober.sample(step=i)
+    assert "memprobe/process/rss_bytes" in fired
+    kept = [s.values["memprobe/overhead/check_retained_bytes"] for s in prober.history
+            if "memprobe/overhead/check_retained_bytes" in s.values]
+    assert kept and max(kept) < 4 << 20, kept  # the judging's own pages, not on_leak's 8 MiB
+    assert prober.report().get("process/rss_bytes").leak
+
+
 def test_filtered_bytes_is_judged_instead_of_traced_bytes() -> None:
     samples = []
     for i in range(60):

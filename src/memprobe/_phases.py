@@ -187,15 +187,21 @@ class PhaseMixin:
         """The leak alarm's check: never raises into the caller's loop.
 
         Sites and types are judged only when a metric leaks. The resident size
-        is read before and after: what a check takes and the
-        allocator does not give back (its temporaries fragment the heap, more as
-        the history grows) is memprobe's. The total goes into the next sample as
+        is read before and after the judging: what it takes and the allocator does
+        not give back (its temporaries fragment the heap, more as the history
+        grows) is memprobe's. The total goes into the next sample as
         ``overhead/check_retained_bytes``, which verdicts subtract from the
         resident size like memprobe's other own memory.
+
+        What the alarm does once a metric alarms (its ``on_leak``, the capture it
+        opens) is not in that span: a capture's walk of the heap is a one-off high
+        point that the process's next allocations reuse. Counted as kept for good,
+        it would hide that much of the leak that opened it.
         """
         from .probes.process import resident_bytes
 
         before = resident_bytes()
+        judged = False
         try:
             options = alarm.options
             report = self.report(**{**options, "sites": False})
@@ -203,16 +209,22 @@ class PhaseMixin:
                 # Per-site and per-type verdicts, to name the culprits, only when a
                 # metric leaks: a healthy job's checks read a few series, not dozens.
                 report = self.report(**options)
+            self._count_check_retained(before, resident_bytes())
+            judged = True
             alarm.check(report)
         except Warning:
             raise  # warnings turned into errors by the user's filters are theirs
         except Exception as exc:
             self._hook_failed("leak_alarm", "on_leak", exc)
         finally:
-            after = resident_bytes()
-            if before and after:
-                self._check_retained = max(0, self._check_retained + after - before)
-                self._check_retained_due = True
+            if not judged:
+                self._count_check_retained(before, resident_bytes())
+
+    def _count_check_retained(self, before: int, after: int) -> None:
+        """Add what one check's judging kept of the resident size (0 when unknown)."""
+        if before and after:
+            self._check_retained = max(0, self._check_retained + after - before)
+            self._check_retained_due = True
 
     def report(self, **options: Any) -> Report:
         """Leak verdicts on this Prober's ``history``, judged with its ``prefix``.

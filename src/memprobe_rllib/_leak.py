@@ -6,7 +6,9 @@ as ``prober.report()`` and ``memprobe report`` on the process's JSONL.
 :class:`LeakState` turns them into a fixed set of keys, logged at every flush
 with the latest verdict:
 
-- ``<prefix>/leak/suspect``: 1 while an alarm is raised in this process, else 0;
+- ``<prefix>/leak/suspect``: 1 while an alarm is raised in this process, else 0
+  (raised at ``leak_confirmations`` leaking checks in a row, lowered at as many
+  healthy ones);
 - ``<prefix>/leak/rate_per_hour``: growth per hour of the worst alarmed metric
   (its unit: bytes, or a count for fds and objects);
 - ``<prefix>/leak/<probe>/<metric>/rate_per_hour`` and ``.../suspect`` for each
@@ -179,6 +181,7 @@ class LeakState:
         self.step_name = step_name  # what one sample is, for the warning
         self._head = mkeys.prefix_path(prefix) + "leak/"
         self.alarmed: dict[str, Any] = {}  # key -> its alarming Verdict
+        self._healthy: dict[str, int] = {}  # alarmed key -> healthy checks in a row
         self.latest: dict[str, Any] = {}  # key -> its latest Verdict
         self.culprits: dict[str, float] = {}  # name -> rate per hour
         self.warned = False
@@ -221,11 +224,20 @@ class LeakState:
             return
         self._seen_report = report
         captured: list[str] = []
+        lower_after = max(1, int(getattr(alarm, "confirmations", 1)))
         for key, v in report.verdicts.items():
             self.latest[key] = v
             if key in self.alarmed and not v.leak:
-                del self.alarmed[key]  # judged healthy again: the alarm is lowered
-            elif key in self.alarmed and v.culprits and v.kind in ("python", "objects"):
+                # Lowered once judged healthy at as many checks in a row as raising it
+                # took: a leak's resident size stalls for a while when the process
+                # reuses memory it freed (after a capture's walk of the heap, say).
+                self._healthy[key] = self._healthy.get(key, 0) + 1
+                if self._healthy[key] >= lower_after:
+                    del self.alarmed[key]
+                    del self._healthy[key]
+                continue
+            self._healthy.pop(key, None)
+            if key in self.alarmed and v.culprits and v.kind in ("python", "objects"):
                 # Culprits the alarm's capture named (first in the verdict that opened it):
                 # lines and types, which say nothing of an fd or a native leak.
                 rate = float(v.rate_per_hour or 0.0)

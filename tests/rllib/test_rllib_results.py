@@ -129,3 +129,27 @@ def test_growing_types_are_named_from_the_history():
     v = __import__("memprobe").Verdict("memprobe/objects/total_count", "leak", 10.0, 9.0, 11.0,
                                        None, 12, 0)
     assert culprits_of(v, history, "memprobe") == ("my_env.Note",)
+
+
+def test_an_alarm_is_lowered_only_after_as_many_healthy_checks_as_raised_it():
+    """A leak's resident size stalls while the process reuses memory it freed: one
+    healthy check in the middle of a leak must not lower the alarm."""
+    from memprobe import Prober, Report, Verdict
+
+    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
+    prober = Prober(probes=["process"], on_leak=leak.on_leak, leak_confirmations=2,
+                    capture_on_leak=False)
+    leak.prober = prober
+    key = "memprobe/process/rss_bytes"
+
+    def check(status):
+        v = Verdict(key, status, 4096.0, 2048.0, 8192.0, 2.0**30, 40, 0, kind="native")
+        prober.alarm.check(Report({key: v}, prefix="memprobe"))
+        return leak.values([key])["memprobe/leak/env_runner_1"]
+
+    with pytest.warns(Warning, match="env_runner 1 leaks"):
+        raised = [check("leak"), check("leak")]
+    assert raised == [0.0, 1.0]
+    assert [check("levelled"), check("leak"), check("ok")] == [1.0, 1.0, 1.0]
+    assert check("levelled") == 0.0  # the second healthy check in a row lowers it
+    assert leak.values([key])["memprobe/leak/suspect"] == 0.0
