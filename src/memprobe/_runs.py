@@ -274,7 +274,7 @@ def summarize(run: ProcessRun) -> RunSummary:
     hints = []
     short_of = [m.verdict for m in out if m.verdict is not None and m.verdict.status == "insufficient"]
     if short_of:
-        hints.append(_insufficient_hint(short_of, len(run.samples)))
+        hints.append(_insufficient_hint(short_of, len(run.samples), run.tags))
     probes = {keys.split_key(k, run.prefix).probe for s in run.samples[-1:] for k in s.values
               if k.startswith(head) and "/" in k[len(head):]}
     if any(m.leak for m in out) and not probes & set(NAMING_PROBES):
@@ -290,7 +290,8 @@ def summarize(run: ProcessRun) -> RunSummary:
     return summary
 
 
-def _insufficient_hint(verdicts: Sequence[Verdict], n_samples: int) -> str:
+def _insufficient_hint(verdicts: Sequence[Verdict], n_samples: int,
+                       tags: Mapping[str, Any]) -> str:
     """Why no verdict could be given, in figures true for this run: the samples of the
     metric itself (a probe run less often than every sample has fewer than the run)."""
     v = verdicts[0]  # the first metric of the table (rss when it is there)
@@ -300,10 +301,20 @@ def _insufficient_hint(verdicts: Sequence[Verdict], n_samples: int) -> str:
         return (f"{what} has {points} of the {n_samples} samples (its probe ran less "
                 f"often), need {MIN_SAMPLES if points < MIN_SAMPLES else 2 * MIN_SAMPLES} "
                 "— run longer or sample that probe more often")
+    more = _how_to_sample_more(tags)
     if points < MIN_SAMPLES:
-        return f"need {MIN_SAMPLES} samples, got {points} — run longer or lower --interval"
+        return f"need {MIN_SAMPLES} samples, got {points} — {more}"
     return (f"need {2 * MIN_SAMPLES} samples to tell a leak from a warm-up, got "
-            f"{points} — run longer or lower --interval")
+            f"{points} — {more}")
+
+
+def _how_to_sample_more(tags: Mapping[str, Any]) -> str:
+    """How this process gets more samples: by who wrote its file (its tags)."""
+    if "command" in tags:  # memprobe run
+        return "run longer or lower --interval"
+    if tags.get("role") in ("driver", "learner"):  # memprobe_rllib: one sample per train()
+        return "run more train() iterations (the driver and Learners sample once per iteration)"
+    return "run longer or sample more often"
 
 
 #: Metrics whose growth per phase the reports show, when the run has them (at most 4).

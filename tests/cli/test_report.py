@@ -82,16 +82,22 @@ def test_leak_with_default_probes_says_how_to_name_the_line(tmp_path: Path) -> N
             in res.stdout)
 
 
-def test_too_few_samples_says_how_many(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tags, how", [
+    ({}, "run longer or sample more often"),
+    ({"role": "main", "command": "job.py"}, "run longer or lower --interval"),  # memprobe run
+    ({"role": "driver"}, "run more train() iterations"),  # memprobe_rllib's driver
+])
+def test_too_few_samples_says_how_many_and_how_to_get_more(tmp_path: Path, tags: dict,
+                                                           how: str) -> None:
     lines = []
     for i in range(12):
-        lines.append(json.dumps({"time": 100.0 + i, "step": i, "pid": 3, "values": {
+        lines.append(json.dumps({"time": 100.0 + i, "step": i, "pid": 3, **tags, "values": {
             "memprobe/process/rss_bytes": 1000 * i, "memprobe/overhead/sample_seconds": 1e-5}}))
     (tmp_path / "short.jsonl").write_text("\n".join(lines) + "\n")
     res = memprobe_cli("report", "short.jsonl", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "too few samples" in res.stdout
-    assert "need 20 samples, got 12 — run longer or lower --interval" in res.stdout
+    assert f"need 20 samples, got 12 — {how}" in res.stdout, res.stdout
 
 
 @pytest.fixture(scope="module")
