@@ -8,7 +8,7 @@ with the latest verdict:
 
 - ``<prefix>/leak/suspect``: 1 while an alarm is raised in this process, else 0
   (raised at ``leak_confirmations`` leaking checks in a row, lowered at as many
-  healthy ones);
+  healthy ones, raised again at as many leaking ones);
 - ``<prefix>/leak/rate_per_hour``: growth per hour of the worst alarmed metric
   (its unit: bytes, or a count for fds and objects);
 - ``<prefix>/leak/<probe>/<metric>/rate_per_hour`` and ``.../suspect`` for each
@@ -102,6 +102,15 @@ def is_library_site(site: str) -> bool:
     return bool(origin) and any(origin.startswith(r) for r in roots)
 
 
+def is_library_type(name: str) -> bool:
+    """Whether a type name (``dict``, ``collections.Counter``, ``ray.rllib.x.Episode``)
+    is a builtin's or comes from the standard library or an installed package."""
+    module = name.rsplit(".", 1)[0] if "." in name else ""
+    if module == "__main__":  # the user's script, whatever runs it
+        return False
+    return not module or is_library_site(module.split(".", 1)[0] + ".py")
+
+
 def _is_site(name: str) -> bool:
     """A ``file.py:line`` site (or ``a.py:1 → b.py:2``), not a type, ``native`` or ``fds``."""
     return ".py:" in name or name.startswith("<")
@@ -181,7 +190,9 @@ class LeakState:
         self.step_name = step_name  # what one sample is, for the warning
         self._head = mkeys.prefix_path(prefix) + "leak/"
         self.alarmed: dict[str, Any] = {}  # key -> its alarming Verdict
-        self._healthy: dict[str, int] = {}  # alarmed key -> healthy checks in a row
+        # key -> checks in a row that judged it otherwise than its alarm stands
+        # (healthy while alarmed, leaking while lowered)
+        self._streak: dict[str, int] = {}
         self.latest: dict[str, Any] = {}  # key -> its latest Verdict
         self.culprits: dict[str, float] = {}  # name -> rate per hour
         self.warned = False
@@ -224,24 +235,37 @@ class LeakState:
             return
         self._seen_report = report
         captured: list[str] = []
-        lower_after = max(1, int(getattr(alarm, "confirmations", 1)))
+        in_a_row = max(1, int(getattr(alarm, "confirmations", 1)))
         for key, v in report.verdicts.items():
             self.latest[key] = v
-            if key in self.alarmed and not v.leak:
+            if key not in self.alarmed:
+                # The Prober's alarm calls on_leak once per key: a key it raised that was
+                # lowered here since is raised again at as many leaking checks in a row.
+                if v.leak and key in getattr(alarm, "alarmed", ()):
+                    self._streak[key] = self._streak.get(key, 0) + 1
+                    if self._streak[key] >= in_a_row:
+                        self.alarmed[key] = v
+                        del self._streak[key]
+                else:
+                    self._streak.pop(key, None)
+                continue
+            if not v.leak:
                 # Lowered once judged healthy at as many checks in a row as raising it
                 # took: a leak's resident size stalls for a while when the process
                 # reuses memory it freed (after a capture's walk of the heap, say).
-                self._healthy[key] = self._healthy.get(key, 0) + 1
-                if self._healthy[key] >= lower_after:
+                self._streak[key] = self._streak.get(key, 0) + 1
+                if self._streak[key] >= in_a_row:
                     del self.alarmed[key]
-                    del self._healthy[key]
+                    del self._streak[key]
                 continue
-            self._healthy.pop(key, None)
-            if key in self.alarmed and v.culprits and v.kind in ("python", "objects"):
+            self._streak.pop(key, None)
+            if v.culprits and v.kind in ("python", "objects"):
                 # Culprits the alarm's capture named (first in the verdict that opened it):
                 # lines and types, which say nothing of an fd or a native leak.
                 rate = float(v.rate_per_hour or 0.0)
                 names = [n for n in v.culprits if not (_is_site(n) and is_library_site(n))]
+                if self.culprits:  # a builtin or library type says little beside a named one
+                    names = [n for n in names if _is_site(n) or not is_library_type(n)]
                 if v.kind == "objects":  # the retained type first, then the lines
                     names.sort(key=_is_site)
                 for name in names:

@@ -117,6 +117,16 @@ def test_library_sites_are_told_from_the_users():
         assert not is_library_site(site), site
 
 
+def test_library_types_are_told_from_the_users():
+    from memprobe_rllib._leak import is_library_type
+
+    for name in ("cell", "dict", "collections.Counter",
+                 "ray.rllib.env.single_agent_episode.SingleAgentEpisode"):
+        assert is_library_type(name), name
+    for name in ("my_env.Note", "__main__.Record", "memprobe_test_leaky_env.StepNote"):
+        assert not is_library_type(name), name
+
+
 def test_growing_types_are_named_from_the_history():
     from memprobe import Sample
     from memprobe_rllib._leak import growing_types
@@ -153,3 +163,7 @@ def test_an_alarm_is_lowered_only_after_as_many_healthy_checks_as_raised_it():
     assert [check("levelled"), check("leak"), check("ok")] == [1.0, 1.0, 1.0]
     assert check("levelled") == 0.0  # the second healthy check in a row lowers it
     assert leak.values([key])["memprobe/leak/suspect"] == 0.0
+    # The leak goes on: raised again at two leaking checks in a row (the Prober's
+    # alarm calls on_leak once per key, so this is the adapter's own doing).
+    assert [check("leak"), check("ok"), check("leak"), check("leak")] == [0.0, 0.0, 0.0, 1.0]
+    assert leak.values([key])["memprobe/leak/suspect"] == 1.0
