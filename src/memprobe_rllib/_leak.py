@@ -7,8 +7,8 @@ as ``prober.report()`` and ``memprobe report`` on the process's JSONL.
 with the latest verdict:
 
 - ``<prefix>/leak/suspect``: 1 while an alarm is raised in this process, else 0
-  (raised at ``leak_confirmations`` leaking checks in a row, lowered at as many
-  healthy ones, raised again at as many leaking ones);
+  (raised at ``leak_confirmations`` leaking checks in a row, lowered at twice as
+  many healthy ones, raised again at ``leak_confirmations`` leaking ones);
 - ``<prefix>/leak/rate_per_hour``: growth per hour of the worst alarmed metric
   (its unit: bytes, or a count for fds and objects);
 - ``<prefix>/leak/<probe>/<metric>/rate_per_hour`` and ``.../suspect`` for each
@@ -250,11 +250,12 @@ class LeakState:
                     self._streak.pop(key, None)
                 continue
             if not v.leak:
-                # Lowered once judged healthy at as many checks in a row as raising it
-                # took: a leak's resident size stalls for a while when the process
-                # reuses memory it freed (after a capture's walk of the heap, say).
+                # Lowered once judged healthy at twice as many checks in a row as raising
+                # it took: a leak's resident size stalls while the process reuses memory
+                # it freed (after the alarm's capture walked the heap: up to 60 samples
+                # in a native-leak EnvRunner, docs/rllib.md), and a plateau does not end.
                 self._streak[key] = self._streak.get(key, 0) + 1
-                if self._streak[key] >= in_a_row:
+                if self._streak[key] >= 2 * in_a_row:
                     del self.alarmed[key]
                     del self._streak[key]
                 continue
