@@ -7,8 +7,10 @@ as ``prober.report()`` and ``memprobe report`` on the process's JSONL.
 with the latest verdict:
 
 - ``<prefix>/leak/suspect``: 1 while an alarm is raised in this process, else 0
-  (raised at ``leak_confirmations`` leaking checks in a row, lowered at twice as
-  many healthy ones, raised again at ``leak_confirmations`` leaking ones);
+  (raised at ``leak_confirmations`` leaking checks in a row; lowered at twice as
+  many healthy ones once the metric has fallen behind the pace it alarmed at, so
+  that a leak's stall on freed memory it reuses does not lower it; raised again at
+  ``leak_confirmations`` leaking ones);
 - ``<prefix>/leak/rate_per_hour``: growth per hour of the worst alarmed metric
   (its unit: bytes, or a count for fds and objects);
 - ``<prefix>/leak/<probe>/<metric>/rate_per_hour`` and ``.../suspect`` for each
@@ -195,6 +197,8 @@ class LeakState:
         self._streak: dict[str, int] = {}
         self.latest: dict[str, Any] = {}  # key -> its latest Verdict
         self.culprits: dict[str, float] = {}  # name -> rate per hour
+        # key -> (its level, the time and its rate per second when it alarmed)
+        self._pace: dict[str, tuple[float, float, float]] = {}
         self.warned = False
         self.judged: tuple[str, ...] | None = None
         self.prober: Any = None
@@ -203,8 +207,7 @@ class LeakState:
     # -- fed by the Prober's alarm ------------------------------------------------------
     def on_leak(self, verdict: Any) -> None:
         """The Prober's ``on_leak``: a metric confirmed leaking."""
-        self.alarmed[verdict.key] = verdict
-        self.latest[verdict.key] = verdict
+        self._raise(verdict)
         history = self.prober.history if self.prober is not None else ()
         names = culprits_of(verdict, history, self.prefix)
         rate = float(verdict.rate_per_hour or 0.0)
@@ -214,6 +217,36 @@ class LeakState:
         if not self.warned:
             self.warned = True
             warn(self.describe(verdict, names), LeakWarning)
+
+    def _raise(self, verdict: Any) -> None:
+        self.alarmed[verdict.key] = verdict
+        self.latest[verdict.key] = verdict
+        self._streak.pop(verdict.key, None)
+        level = self._level(verdict.key)
+        if level is not None and verdict.rate_per_hour is not None:
+            self._pace[verdict.key] = (level[0], level[1], float(verdict.rate_per_hour) / 3600)
+
+    def _level(self, key: str) -> tuple[float, float] | None:
+        """The latest value of ``key`` in the history and its time."""
+        history = self.prober.history if self.prober is not None else ()
+        for i in range(len(history) - 1, max(-1, len(history) - 50), -1):
+            sample = history[i]
+            value = sample.values.get(key)
+            if value is not None:
+                return float(value), float(sample.time_seconds)
+        return None
+
+    def _ahead_of_pace(self, key: str) -> bool:
+        """Whether ``key`` is still at or above where its growth at the alarm's rate
+        would have taken it: a level reached by a jump (the alarm's capture, a buffer
+        that came and went) stays flat while the process reuses what was freed, and a
+        leak going on at that rate is only then seen again."""
+        pace = self._pace.get(key)
+        level = self._level(key)
+        if pace is None or level is None:
+            return False
+        start, t0, per_second = pace
+        return level[0] >= start + per_second * (level[1] - t0)
 
     def describe(self, verdict: Any, names: Sequence[str]) -> str:
         """One line naming the process, the metric, the rates and the culprit."""
@@ -244,20 +277,24 @@ class LeakState:
                 if v.leak and key in getattr(alarm, "alarmed", ()):
                     self._streak[key] = self._streak.get(key, 0) + 1
                     if self._streak[key] >= in_a_row:
-                        self.alarmed[key] = v
-                        del self._streak[key]
+                        self._raise(v)
                 else:
                     self._streak.pop(key, None)
                 continue
             if not v.leak:
                 # Lowered once judged healthy at twice as many checks in a row as raising
-                # it took: a leak's resident size stalls while the process reuses memory
-                # it freed (after the alarm's capture walked the heap: up to 60 samples
-                # in a native-leak EnvRunner, docs/rllib.md), and a plateau does not end.
+                # it took, counted once the metric has fallen behind the pace it alarmed
+                # at: a leak's resident size stalls while the process reuses memory it
+                # freed (after the alarm's capture walked the heap: 100 samples in a
+                # native-leak EnvRunner), and a plateau falls behind for good.
+                if self._ahead_of_pace(key):
+                    self._streak.pop(key, None)
+                    continue
                 self._streak[key] = self._streak.get(key, 0) + 1
                 if self._streak[key] >= 2 * in_a_row:
                     del self.alarmed[key]
                     del self._streak[key]
+                    self._pace.pop(key, None)
                 continue
             self._streak.pop(key, None)
             if v.culprits and v.kind in ("python", "objects"):

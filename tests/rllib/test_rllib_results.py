@@ -169,3 +169,56 @@ def test_an_alarm_is_lowered_only_after_twice_as_many_healthy_checks_as_raised_i
     # alarm calls on_leak once per key, so this is the adapter's own doing).
     assert [check("leak"), check("ok"), check("leak"), check("leak")] == [0.0, 0.0, 0.0, 1.0]
     assert leak.values([key])["memprobe/leak/suspect"] == 1.0
+
+
+class _Level:
+    """A probe whose one value the test sets: a process's level, jumps and stalls."""
+
+    value = 1000
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+    def sample(self) -> dict:
+        return {"value_bytes": _Level.value}
+
+
+class _LevelPlugin:
+    import memprobe
+
+    @memprobe.hookimpl
+    def memprobe_register_probes(self, register) -> None:
+        register("level", _Level)
+
+
+def test_an_alarm_holds_while_a_jump_keeps_the_level_ahead_of_the_leaks_pace():
+    """The alarm's capture (or any buffer that came and went) lifts the resident size
+    at once; a leak then reuses the freed memory and its level stays flat for as long
+    as the leak takes to grow by that much. Healthy checks in that stall do not count;
+    once the level falls behind the pace it alarmed at, they lower the alarm."""
+    import memprobe
+    from memprobe import Prober, Report, Verdict
+
+    pm = memprobe.get_plugin_manager(load_entrypoints=False)
+    pm.register(_LevelPlugin())
+    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
+    prober = Prober(probes=["level"], plugin_manager=pm, on_leak=leak.on_leak,
+                    leak_confirmations=2, capture_on_leak=False)
+    leak.prober = prober
+    key = "memprobe/level/value_bytes"
+    per_hour = 3600.0 * 2**20  # the alarm's pace: 1 MiB per second
+
+    def check(status, level):
+        _Level.value = level
+        prober.sample()
+        v = Verdict(key, status, 4096.0, 2048.0, 8192.0, per_hour, 40, 0, kind="native")
+        prober.alarm.check(Report({key: v}, prefix="memprobe"))
+        return leak.values([key])["memprobe/leak/env_runner_1"]
+
+    with prober:
+        with pytest.warns(Warning, match="env_runner 1 leaks"):
+            assert [check("leak", 1000), check("leak", 1000)] == [0.0, 1.0]
+        # A jump of 1 GiB: at 1 MiB/s the leak needs 1024 s to grow past it.
+        assert [check("levelled", 1000 + 2**30) for _ in range(8)] == [1.0] * 8
+        # Back under where the leak's pace would be: four healthy checks lower it.
+        assert [check("ok", 1000) for _ in range(4)] == [1.0, 1.0, 1.0, 0.0]
