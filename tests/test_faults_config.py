@@ -160,18 +160,6 @@ def test_watch_passes_bad_options_through_as_config_errors() -> None:
     assert "did you mean 'history'?" in info.value.message
 
 
-def test_config_errors_pickle_with_their_option() -> None:
-    import pickle
-
-    try:
-        memprobe.Prober(["proces"], load_entrypoints=False)
-    except memprobe.ConfigError as exc:
-        again = pickle.loads(pickle.dumps(exc))
-        assert (again.option, again.message) == (exc.option, exc.message)
-    else:
-        pytest.fail("no ConfigError")
-
-
 CALLBACK_CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"prob": ["gc"]}, "MemoryProbeCallback.configure",
      "unknown option 'prob' (did you mean 'probes'?)"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -180,3 +181,25 @@ def test_private_import_finder_finds_them(tmp_path: pathlib.Path) -> None:
     f.write_text("from memprobe._prober import parse_probes\nfrom memprobe import _errors\n"
                  "from memprobe import Prober\nimport memprobe._x\n")
     assert len(_private_imports(f)) == 3
+
+
+#: A dotted name into a private module or a private member of the three packages.
+PRIVATE_IN_DOCS = re.compile(r"\bmemprobe(?:_rllib|_ray)?(?:\.\w+)*\._\w+")
+
+
+def test_the_docs_show_no_private_names() -> None:
+    """What the README and docs/ show a user is public: no ``memprobe._x`` names."""
+    root = SRC.parent
+    bad = []
+    for path in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            bad += [f"{path.relative_to(root)}:{lineno} {m}"
+                    for m in PRIVATE_IN_DOCS.findall(line)]
+    assert not bad, bad
+
+
+def test_private_names_in_docs_are_found() -> None:
+    text = ("`memprobe._series.judged_keys` memprobe_rllib._options.LEAK_OPTIONS "
+            "memprobe.keys._site_roots memprobe.read_samples memprobe_rllib.demo")
+    assert PRIVATE_IN_DOCS.findall(text) == [
+        "memprobe._series", "memprobe_rllib._options", "memprobe.keys._site_roots"]

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+import pathlib
 import pickle
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 
 import memprobe
+from memprobe._errors import PathError
 
 
 def test_describe_resolves_every_key_a_prober_emits() -> None:
@@ -116,14 +120,92 @@ def test_public_errors_show_as_memprobe_names(cls) -> None:
     assert repr(cls).startswith("<class 'memprobe.")
 
 
-def test_leak_error_pickles_with_its_report() -> None:
+def _raised(error: type[BaseException], call: Callable[[], object]) -> BaseException:
+    with pytest.raises(error) as info:
+        call()
+    return info.value
+
+
+def _leak_error() -> BaseException:
     with memprobe.Prober(["process"]) as prober:
         for i in range(25):
             prober.sample(step=i)
-    report = prober.report()
-    err = pickle.loads(pickle.dumps(memprobe.LeakError("grew", report)))
-    assert err.message == "grew" and isinstance(err.report, memprobe.Report)
-    assert err.report.verdicts.keys() == report.verdicts.keys()
+    return memprobe.LeakError("grew: 3 MiB/hour", prober.report())
+
+
+def _output_error(tmp_path: pathlib.Path) -> BaseException:
+    from memprobe._outputs import OutputError, check_outputs
+
+    path = str(tmp_path / "run: 1.jsonl")
+    pathlib.Path(path).write_text("")
+    return _raised(OutputError, lambda: check_outputs([("-o", path)], [("input", path)]))
+
+
+def _component_error() -> BaseException:
+    leakcheck = pytest.importorskip("memprobe_rllib.leakcheck")
+    return leakcheck.ComponentError("env: odd", "could not be set up: ValueError('a: b')")
+
+
+def _ray_metrics_unavailable() -> BaseException:
+    memprobe_ray = pytest.importorskip("memprobe_ray")
+    return memprobe_ray.RayMetricsUnavailable('needs ray[default]: pip install "memprobe[ray]"')
+
+
+def _cli_error() -> BaseException:
+    from memprobe.cli import CliError
+
+    return CliError("no samples in a: b.jsonl")
+
+
+#: Every error class memprobe and its integrations define, each made as memprobe makes it
+#: where that is cheap; messages hold ": " and quotes, which a message parsed back would lose.
+ERRORS: dict[str, Callable[[pathlib.Path], BaseException]] = {
+    "ConfigError": lambda _: _raised(
+        memprobe.ConfigError, lambda: memprobe.Prober(["proces"], load_entrypoints=False)),
+    "ProbeError": lambda _: memprobe.ProbeError("malloc", "unsupported: no mallinfo2()"),
+    "MetricValueError": lambda _: _raised(
+        memprobe.MetricValueError, lambda: memprobe.flatten({"p": {"x": float("nan")}})),
+    "KeyCollisionError": lambda _: memprobe.KeyCollisionError("p/a_b", ("p/a b", "p/a_b")),
+    "PathError": lambda _: PathError("a: b.jsonl", "gone"),
+    "JsonlReadError": lambda tmp: _raised(
+        memprobe.JsonlReadError, lambda: memprobe.read_samples(tmp / "missing: 1.jsonl")),
+    "OutputError": _output_error,
+    "CliError": lambda _: _cli_error(),
+    "LeakError": lambda _: _leak_error(),
+    "MemprobeError": lambda _: memprobe.MemprobeError("base: message"),
+    "ComponentError": lambda _: _component_error(),
+    "RayMetricsUnavailable": lambda _: _ray_metrics_unavailable(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ERRORS))
+def test_errors_pickle_with_their_message_and_attributes(name: str,
+                                                          tmp_path: pathlib.Path) -> None:
+    exc = ERRORS[name](tmp_path)
+    assert type(exc).__name__ == name
+    again = pickle.loads(pickle.dumps(exc))
+    assert type(again) is type(exc)
+    assert str(again) == str(exc)
+    assert again.args == exc.args
+    assert vars(again) == vars(exc)  # option, message, path, report, component...
+    if isinstance(exc, ImportError):
+        assert (again.name, again.path) == (exc.name, exc.path)
+    if name == "LeakError":
+        assert isinstance(again.report, memprobe.Report) and again.report.verdicts
+
+
+def test_every_error_class_is_in_the_pickling_test() -> None:
+    """Read from the source: a new error class anywhere under src/ joins ERRORS."""
+    src = pathlib.Path(__file__).parents[1] / "src"
+    defined = set()
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef) and any(
+                    (getattr(b, "id", None) or getattr(b, "attr", "")).endswith(
+                        ("Error", "Exception", "Unavailable")) for b in node.bases):
+                defined.add(node.name)
+    defined.add("MemprobeError")
+    assert defined == set(ERRORS), defined ^ set(ERRORS)
 
 
 def test_parse_probes_is_public() -> None:

@@ -193,9 +193,9 @@ def stats_from_traces(
     mapped through :func:`site_key`.
 
     No Python object is built per trace, and nothing is allocated per trace:
-    work done here is traced too, and each traced allocation costs about a
-    microsecond (a ``Counter`` of the traces allocates a new int per block
-    once a count passes 256, which made it 1.3 s at 1M blocks). Instead, a
+    work done here is traced too, and each traced allocation has a cost
+    (docs/performance.md); a ``Counter`` of the traces would allocate a new int
+    per block once a count passes 256. Instead, a
     chain of C iterators appends each block's size (an int that already
     exists, in the trace) to the list of its traceback; per traceback, the
     count is then ``len`` and the size ``sum`` (in C). The filters and the

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import sysconfig
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import NamedTuple
 
 #: The default first component of every key.
@@ -104,14 +104,20 @@ def infer_prefix(keys: Iterable[str]) -> str | None:
     return None
 
 
-def site_name(metric: str) -> str | None:
-    """The site or type inside ``top|growth|survivors/<name>/<stat>``, else ``None``.
+def site_name(metric: str, sections: Collection[str] = SITE_SECTIONS) -> str | None:
+    """The site or type inside ``<section>/<name>/<stat>``, else ``None``.
+
+    ``sections`` are the first components that hold a name: by default the probes'
+    ``top``, ``growth`` and ``survivors``; the RLlib adapter's leak keys name their
+    culprits as ``culprit/<name>/rate_per_hour``.
 
     >>> site_name("top/train.py:12/size_bytes")
     'train.py:12'
+    >>> site_name("culprit/env.py:40/rate_per_hour", sections=("culprit",))
+    'env.py:40'
     """
     section, sep, rest = metric.partition("/")
-    if not sep or section not in SITE_SECTIONS:
+    if not sep or section not in sections:
         return None
     name, sep, _stat = rest.rpartition("/")
     return name if sep and name else None

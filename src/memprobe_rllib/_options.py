@@ -45,7 +45,7 @@ DIAGNOSE_PROBES: Mapping[str, Mapping[str, Any]] = {
 #: judges the same as the live alarm.
 #: The alarm judges only the metrics that get keys of their own (``metrics``), on at
 #: most 40 points (``max_points``), without per-site and per-type verdicts
-#: (``sites``): a check then costs about a millisecond per metric, and the
+#: (``sites``): a check then stays cheap (docs/performance.md), and the
 #: adapter names the culprit from the history itself (memprobe_rllib._leak).
 LEAK_OPTIONS: Mapping[str, Any] = {
     "metrics": ("process/rss_bytes", "process/num_fds", "tracemalloc/filtered_bytes",

@@ -122,14 +122,15 @@ class LeakCheckResult:
 
 
 class ComponentError(MemprobeError):
-    """A component failed while being checked; ``component`` names it."""
+    """A component failed while being checked; ``component`` names it, ``message`` says how."""
 
     def __init__(self, component: str, message: str) -> None:
         self.component = component
+        self.message = message
         super().__init__(f"{component}: {message}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.component, str(self).partition(": ")[2]))
+        return (type(self), (self.component, self.message))
 
 
 # -- building the pieces --------------------------------------------------------------

@@ -38,8 +38,8 @@ class GcProbe:
 
     ``blocks=True`` adds ``allocated_blocks`` (``sys.getallocatedblocks()``):
     about one block per live small Python object, the cheap way to see retained
-    objects accumulate (tens of µs in a process of a million blocks, against tens
-    of ms for the objects probe's walk of every object).
+    objects accumulate, far cheaper than the objects probe's walk of every object
+    (docs/performance.md).
     Collection time comes from a ``gc.callbacks`` hook installed by ``start()``
     and removed by ``stop()``.
     """

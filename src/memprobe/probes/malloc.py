@@ -128,9 +128,9 @@ def trim_reclaimed_bytes() -> int:
     ``free_bytes`` nor ``arena_bytes``), or, without ``/proc``, the drop of
     ``arena_bytes``. Another thread allocating meanwhile makes it an
     underestimate. A large figure confirms allocator hold (fragmentation):
-    memory freed by the program that malloc kept. It walks every arena (27 ms
-    with 75 MiB held, ``benchmarks/native_costs.py``) and makes later
-    allocations fault their pages in again, so it is opt-in.
+    memory freed by the program that malloc kept. It walks every arena (costs:
+    docs/performance.md) and makes later allocations fault their pages in again,
+    so it is opt-in.
 
     :raises ProbeError: the C library has no ``mallinfo2()`` or ``malloc_trim()``.
     """
@@ -150,11 +150,10 @@ class MallocProbe:
 
     Linux with glibc 2.33+ only; elsewhere ``start()`` raises a
     :class:`~memprobe.ProbeError` saying why, so the Prober disables the probe
-    with one warning. ``mallinfo2()`` walks each arena's free lists: about
-    3 µs on a typical heap, 0.2-0.5 ms on one fragmented into 200,000 free chunks
-    (``benchmarks/native_costs.py``). ``trim=True`` calls ``malloc_trim(0)`` at
-    every sample and reports what it reclaimed (costly, and it changes the
-    allocator's state: for diagnosis only).
+    with one warning. ``mallinfo2()`` walks each arena's free lists, so a sample
+    costs more on a fragmented heap (docs/performance.md). ``trim=True`` calls
+    ``malloc_trim(0)`` at every sample and reports what it reclaimed (costly, and
+    it changes the allocator's state: for diagnosis only).
     """
 
     metrics = {

@@ -130,7 +130,7 @@ class MemrayWindow:
         return self._tracker is not None
 
     def open(self) -> None:
-        import tempfile  # here: it imports random, 6 ms, for every Prober otherwise
+        import tempfile  # here: it imports random, which every Prober would pay otherwise
 
         memray = _memray()  # imported before tracking: its import is not the user's memory
         directory = self.keep_dir or tempfile.gettempdir()
@@ -215,8 +215,8 @@ class MemrayProbe:
     ``period_steps`` samples of this probe: at sample ``k*P`` a window opens,
     at sample ``k*P + W`` it closes and the sites whose allocations made in
     the window are still alive are reported, largest first. Opening and
-    closing a window cost about 5-15 ms each; while a window is open every
-    ``malloc`` of the process is recorded (``benchmarks/native_costs.py``).
+    closing a window cost milliseconds each (docs/performance.md); while a
+    window is open every ``malloc`` of the process is recorded.
     ``native_traces=True`` adds the C function to each site (symbolizing it
     costs more at the window's end). ``keep_dir`` keeps each window's capture
     file there for ``memray flamegraph --leaks``.

@@ -50,12 +50,12 @@ class SmapsProbe:
 
     Linux only; elsewhere ``start()`` raises a :class:`~memprobe.ProbeError`
     saying why, so the Prober disables the probe with one warning. The kinds,
-    rss and swap come from the kernel's counters in ``/proc/self/status``
-    (about 10 µs). ``pss_bytes`` and ``private_dirty_bytes`` come from
+    rss and swap come from the kernel's counters in ``/proc/self/status``.
+    ``pss_bytes`` and ``private_dirty_bytes`` come from
     ``/proc/self/smaps_rollup`` (kernel 4.14+), which walks the page tables of
-    every mapping: 0.25 ms for a plain interpreter, several ms with torch
-    loaded; ``rollup=False`` leaves them out. Give the probe an ``every`` or
-    ``interval_seconds`` in a hot loop (``benchmarks/native_costs.py``).
+    every mapping, at a cost that grows with the mappings (torch's are many);
+    ``rollup=False`` leaves them out. Give the probe an ``every`` or
+    ``interval_seconds`` in a hot loop (costs: docs/performance.md).
     """
 
     metrics = {
