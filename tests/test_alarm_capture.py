@@ -107,6 +107,71 @@ def test_capture_on_alarm_names_the_line_of_a_leak_that_starts_midway(tmp_path, 
                if "memprobe/capture/duration_seconds" in s.values) == 1
 
 
+_LEAKY_APP = """
+import json, sys
+import memprobe
+
+class Session:
+    def __init__(self, n):
+        self.n = n
+        self.payload = [n] * 8
+
+SESSIONS = []
+
+def main(path):
+    fired = []
+    prober = memprobe.Prober(probes={"process": {}, "objects": {"top": 20}}, sink=path,
+                             on_leak=fired.append, leak_check_every=10, load_entrypoints=False,
+                             capture_on_leak={"holders_timeout_seconds": 60})
+    with prober:
+        for step in range(300):
+            SESSIONS.extend(Session(i) for i in range(100))
+            prober.sample(step)
+            if prober.alarm.culprits is not None:
+                break
+    print(json.dumps({
+        "fired": [[v.key, v.kind, list(v.culprits)] for v in fired],
+        "holders": {k: list(v.holders) for k, v in prober.alarm.latest.verdicts.items()},
+        "capturing": prober.alarm.capturing,
+    }))
+"""
+
+
+def test_alarm_on_a_leaking_type_names_who_holds_it(tmp_path, capsys):
+    """Instances of a class pile up in a module-level list; the Prober's objects probe
+    judges the type leaking and its alarm fires. No window is opened: the holders of a
+    few instances are walked at once, and the chain that names the list's global is in
+    the verdict, in the JSONL and in ``memprobe report`` (text and HTML). A fresh
+    interpreter: in the suite's heap a new type stays below the objects probe's top 20."""
+    import json
+    import sys
+
+    (tmp_path / "leaky_app.py").write_text(_LEAKY_APP)
+    path = tmp_path / "run.jsonl"
+    out = subprocess.run([sys.executable, "-c", f"import leaky_app; leaky_app.main({str(path)!r})"],
+                         cwd=tmp_path, capture_output=True, text=True, check=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    chain = "leaky_app.Session <- list[0] <- module leaky_app global 'SESSIONS'"
+    assert any(kind == "objects" and "leaky_app.Session" in culprits
+               for _, kind, culprits in result["fired"]), result
+    assert not result["capturing"]  # no tracemalloc window: the type was already named
+    held = [h for h in result["holders"].values() if h]
+    assert held and all(h[0] == chain for h in held), result["holders"]
+    # The JSONL: the capture line carries the chains in its holders field.
+    lines = [s for s in read_samples(path) if "memprobe/capture/duration_seconds" in s.values]
+    assert len(lines) == 1 and lines[0].labels is not None
+    assert lines[0].labels["holders"].splitlines()[0] == chain
+    # memprobe report, text and HTML.
+    capsys.readouterr()
+    html = tmp_path / "report.html"
+    assert main(["report", str(path), "--html", str(html)]) == 0
+    text = capsys.readouterr().out
+    assert f"  held by (referrer chains walked when the leak alarm fired):\n    {chain}\n" in text
+    assert "to name the line" not in text  # the objects probe ran: the type is named
+    assert "module leaky_app global &#x27;SESSIONS&#x27;" in html.read_text()
+
+
 def test_warn_mode_warns_with_the_culprits(tmp_path):
     prober = memprobe.Prober(
         probes=["process"], on_leak="warn", leak_check_every=50, load_entrypoints=False,

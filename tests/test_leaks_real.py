@@ -324,3 +324,74 @@ def test_native_and_fragmentation_told_apart_on_recorded_malloc_series(fn: str, 
                          text=True, check=True, timeout=120)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["kind"] == kind, result["report"]
+
+
+_THROUGH_PROBES = r"""
+import ctypes, json, random, sys, memprobe
+
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+KIB = 1024
+kept = []
+
+def native(i):
+    p = libc.malloc(64 * KIB)  # never freed
+    libc.memset(p, 1, 64 * KIB)
+    kept.append(p)
+
+def fragment(i):
+    # A batch 128 KiB larger at each step, of 1 KiB blocks; all but 16 blocks spread
+    # over it (the last one included) are freed in a shuffled order, then the previous
+    # batch's 16. The heap's high-water mark grows, the free holes stay resident,
+    # and what is in use stays 16 blocks.
+    global kept
+    batch = [libc.malloc(KIB) for _ in range(128 * (i + 1))]
+    for p in batch:
+        libc.memset(p, 1, KIB)
+    every = len(batch) // 16
+    keep = set(range(every - 1, len(batch), every))
+    freed = [p for j, p in enumerate(batch) if j not in keep]
+    random.Random(i).shuffle(freed)
+    for p in freed:
+        libc.free(p)
+    for p in kept:
+        libc.free(p)
+    kept = [batch[j] for j in sorted(keep)]
+
+fn = globals()[sys.argv[1]]
+prober = memprobe.Prober(probes=["process", "tracemalloc", "malloc"], sink=sys.argv[2],
+                         load_entrypoints=False)
+with prober:
+    for i in range(40):
+        fn(i)
+        prober.sample(i)
+report = prober.report(warmup=5)
+print(json.dumps({"kind": report.kind, "report": str(report)}))
+"""
+
+
+@pytest.mark.parametrize(("fn", "kind"), [("native", "native"), ("fragment", "fragmentation")])
+def test_native_and_fragmentation_told_apart_through_the_probes(tmp_path, capsys, fn: str,
+                                                                 kind: str) -> None:
+    """A Prober on the process, tracemalloc and malloc probes, in a fresh interpreter
+    (a heap of its own), while it leaks through libc ``malloc`` or fragments its heap:
+    ``prober.report()`` and ``memprobe report`` on its JSONL name the kind."""
+    import json
+    import subprocess
+
+    from memprobe.cli import main
+
+    path = tmp_path / "run.jsonl"
+    out = subprocess.run([sys.executable, "-c", _THROUGH_PROBES, fn, str(path)],
+                         capture_output=True, text=True, check=True, timeout=300)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["kind"] == kind, result["report"]
+    capsys.readouterr()
+    assert main(["report", str(path)]) == 0
+    text = capsys.readouterr().out
+    other = "fragmentation" if kind == "native" else "native"
+    assert f"note: {memprobe.KINDS[kind]}" in text, text
+    assert f"note: {memprobe.KINDS[other]}" not in text, text

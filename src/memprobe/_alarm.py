@@ -55,13 +55,14 @@ class LeakAlarm:
     :param confirmations: checks in a row a metric must leak at before it alarms.
     :param options: options of :func:`memprobe.analyze_samples` for each check.
     :param capture: the deep capture opened in this process when a metric first
-        alarms with no culprit named: ``True`` (10 s, tracemalloc and objects),
+        alarms with no culprit named (or, when the culprit is a type, the referrer
+        chains of its instances): ``True`` (10 s, tracemalloc and objects),
         ``False``, or options of :class:`memprobe.capture.CulpritCapture`
         (``duration_seconds``, ``native``...). Its owner calls
         :meth:`capture_due` after each sample and then :meth:`finish_capture`.
 
     :ivar latest: the Report of the latest check (None before the first); once a
-        capture has closed, the verdicts that opened it name its culprits.
+        capture has closed, the verdicts that opened it name its culprits and holders.
     :ivar alarmed: the keys that have alarmed.
     """
 
@@ -127,21 +128,25 @@ class LeakAlarm:
             self._capture.abandon()
 
     def _with_culprits(self, report: Report) -> Report:
-        """``report`` with the captured culprits first in the verdicts that opened the capture."""
+        """``report`` with the captured culprits first, and their holders, in the verdicts
+        that opened the capture."""
         capture = self._capture
         if capture is None or capture.culprits is None:
             return report
         names = captured_names(capture.culprits)
-        if not names:
+        holders = tuple(str(c) for c in capture.culprits.holders)
+        if not names and not holders:
             return report
         verdicts = dict(report.verdicts)
         for key in capture.keys:
             v = verdicts.get(key)
-            if v is not None:
+            if v is not None and names:
                 note = f"culprits captured over {capture.culprits.duration_seconds:.1f} s"
-                verdicts[key] = dataclasses.replace(
+                v = dataclasses.replace(
                     v, culprits=names + tuple(c for c in v.culprits if c not in names),
                     note=f"{v.note}; {note}" if v.note else note)
+            if v is not None:
+                verdicts[key] = dataclasses.replace(v, holders=holders or v.holders)
         return dataclasses.replace(report, verdicts=verdicts)
 
     def _needed(self, verdict: Verdict) -> int:

@@ -15,6 +15,13 @@ of each sample; when due, the capture is closed and its culprits are:
   verdicts that fired, in :attr:`memprobe.LeakAlarm.latest` and every later
   check: their ``culprits`` start with the captured sites and types.
 
+When a verdict that alarms already names a leaking type (kind ``objects``), no
+window is opened: the capture is the referrer chains of a few of that type's
+instances (:func:`memprobe.referrers.referrer_chains`, within
+``holders_timeout_seconds``), walked at the alarm and written the same way, the
+chains as the line's :data:`HOLDERS` field (one per line of its text) and in
+the verdicts' ``holders``.
+
 One capture per process (per Prober): the first alarm that needs one. A
 forked child starts with none.
 """
@@ -41,6 +48,8 @@ CAPTURE_OPTIONS = frozenset({
 })
 #: The Prober's defaults: a memray window only when asked (``native=None`` or True).
 DEFAULTS: Mapping[str, Any] = {"duration_seconds": 10.0, "native": False}
+#: The field of a capture's JSONL line that holds its referrer chains, one per line.
+HOLDERS = "holders"
 
 
 def check_capture_option(value: Any) -> dict[str, Any] | None:
@@ -74,6 +83,17 @@ def captured_names(culprits: Culprits, n: int = 5) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))[:n]
 
 
+def held_type(fired: list[Verdict]) -> str | None:
+    """The leaking type whose holders to walk: the first culprit that is a class of a
+    module (``app.Session``, not ``dict``) of a verdict of kind ``objects``."""
+    for v in fired:
+        if v.kind == "objects":
+            for name in v.culprits:
+                if "." in name:
+                    return name
+    return None
+
+
 class AlarmCapture:
     """The capture a Prober opens when its alarm fires, and what it found."""
 
@@ -86,6 +106,7 @@ class AlarmCapture:
         self.culprits: Culprits | None = None
         self.done = False
         self._start_seconds = 0.0
+        self._held: Culprits | None = None  # holders walked at the alarm, not yet written
 
     @property
     def active(self) -> bool:
@@ -93,10 +114,14 @@ class AlarmCapture:
         return self._capture is not None
 
     def maybe_start(self, fired: list[Verdict]) -> bool:
-        """Open the capture for verdicts that just alarmed, unless one already names a
-        culprit (a tracemalloc or objects probe did) or a capture was already made."""
-        if self.done or self._capture is not None or not fired:
+        """Open the capture for verdicts that just alarmed, unless a capture was already
+        made. When one names a leaking type, walk its holders now (due at once);
+        when one names another culprit (a tracemalloc probe did), do nothing."""
+        if self.done or self._capture is not None or self._held is not None or not fired:
             return False
+        name = held_type(fired)
+        if name is not None and self.options.get("holders", True):
+            return self._walk_holders(name, fired)
         if any(v.culprits for v in fired):
             return False
         from .capture import CulpritCapture
@@ -109,8 +134,27 @@ class AlarmCapture:
         self.keys = tuple(v.key for v in fired)
         return True
 
+    def _walk_holders(self, name: str, fired: list[Verdict]) -> bool:
+        """Referrer chains of two instances of the type ``name``, walked now within
+        ``holders_timeout_seconds``; the next :meth:`finish` writes them."""
+        from .capture import CulpritCapture, Culprits
+        from .referrers import referrer_chains
+
+        t0 = time.perf_counter()
+        timeout = self.options.get("holders_timeout_seconds",
+                                   CulpritCapture.holders_timeout_seconds)
+        chains = referrer_chains(name, samples=2, timeout_seconds=timeout)
+        self._start_seconds = time.perf_counter() - t0
+        self._held = Culprits(holders=tuple(chains),
+                              notes=(f"holders of {name}, the type judged leaking",))
+        self.keys = tuple(v.key for v in fired if v.kind == "objects")
+        return True
+
     def due(self) -> bool:
-        """Whether the open capture should be closed now."""
+        """Whether the open capture should be closed now (the holders walked at the
+        alarm: at once)."""
+        if self._held is not None:
+            return True
         capture = self._capture
         return capture is not None and capture.due()
 
@@ -118,13 +162,17 @@ class AlarmCapture:
         """Close the capture; the flat values (keys under ``<prefix>/capture/``) of the
         line it adds to the sinks."""
         capture, self._capture = self._capture, None
-        assert capture is not None
+        held, self._held = self._held, None
         self.done = True
         t0 = time.perf_counter()
-        try:
-            culprits = capture.finish()
-        finally:
-            capture.abandon()  # a no-op once finished; releases tracing if finish() failed
+        if held is not None:
+            culprits = held
+        else:
+            assert capture is not None
+            try:
+                culprits = capture.finish()
+            finally:
+                capture.abandon()  # a no-op once finished; releases tracing if finish() failed
         finish_seconds = time.perf_counter() - t0
         self.culprits = culprits
         top = int(self.options.get("top", 10))
@@ -138,6 +186,7 @@ class AlarmCapture:
     def abandon(self) -> None:
         """Close an open capture without a result (the Prober stops, or forked)."""
         capture, self._capture = self._capture, None
+        self._held = None
         if capture is not None:
             capture.abandon()
 

@@ -2,7 +2,9 @@
 
 Each line is ``{"time": unix_seconds, "step": step, "pid": pid, ...tags,
 "values": {key: number}}``; the phase markers ``mark``, ``phase`` and
-``phase_edge`` (str) go to ``Sample.labels``, not to the tags. The reader is
+``phase_edge`` (str), and the referrer chains ``holders`` of the leak alarm's
+capture line (str, one chain per line), go to ``Sample.labels``, not to the
+tags. The reader is
 built for files from elsewhere:
 
 - only regular files are read (a FIFO, ``/dev/zero`` or a directory, also
@@ -35,12 +37,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
+from ._alarm_capture import HOLDERS
 from ._errors import JsonlReadError, MemprobeWarning
 from ._phases import LABEL_FIELDS
 from ._sample import Sample
 
 #: Fields of a line that are not tags.
 RECORD_FIELDS = ("time", "step", "pid", "values")
+#: Fields of a line that go to ``Sample.labels`` when they are a str.
+TEXT_FIELDS = (*LABEL_FIELDS, HOLDERS)
 
 #: A line longer than this (bytes, newline excluded) is skipped with a warning.
 MAX_LINE_BYTES = 16 * 2**20
@@ -105,7 +110,7 @@ def _parse(line: bytes) -> tuple[Sample, dict[str, Any]]:
     pid = obj.get("pid", 0)
     if isinstance(pid, bool) or not isinstance(pid, int):
         raise ValueError(f"'pid' is not an int: {_clip(repr(pid))}")
-    labels = {k: obj[k] for k in LABEL_FIELDS if isinstance(obj.get(k), str)}
+    labels = {k: obj[k] for k in TEXT_FIELDS if isinstance(obj.get(k), str)}
     tags = {k: v for k, v in obj.items() if k not in RECORD_FIELDS and k not in labels}
     return Sample(t, step, pid, clean, labels or None), tags
 

@@ -242,7 +242,9 @@ class PhaseMixin:
     def _finish_capture(self, alarm: LeakAlarm, now: float, step: int | None,
                         pid: int) -> None:
         """Close the alarm's capture and write its culprits to the sinks as one more
-        line; never raises into the caller's loop."""
+        line, its referrer chains as the line's ``holders`` field; never raises into
+        the caller's loop."""
+        from ._alarm_capture import HOLDERS
         from ._history import make_sample
 
         try:
@@ -254,6 +256,9 @@ class PhaseMixin:
             self._hook_failed("leak_capture", "finish", exc)
             return
         sample = make_sample(now, step, pid, values)
+        culprits = alarm.culprits
+        if culprits is not None and culprits.holders:
+            sample.__dict__["labels"] = {HOLDERS: "\n".join(map(str, culprits.holders))}
         for name, s in self._sinks:
             try:
                 s.write(sample)

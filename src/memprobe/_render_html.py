@@ -56,6 +56,10 @@ def render(summaries: Sequence[RunSummary], png: bytes | None, files: Sequence[s
             parts.append("<h3>captured when the leak alarm fired</h3><ul>")
             parts += [f"<li><code>{e(site)}</code> {e(detail)}</li>" for site, detail in s.captured]
             parts.append("</ul>")
+        if s.holders:
+            parts.append("<h3>held by (referrer chains walked when the leak alarm fired)</h3><ul>")
+            parts += [f"<li><code>{e(chain)}</code></li>" for chain in s.holders]
+            parts.append("</ul>")
         if s.phases:
             parts.append("<h3>growth per phase</h3><table class='phases'>")
             parts.append("<tr>" + "".join(f"<th>{e(h)}</th>" for h in phase_header(s)) + "</tr>")

@@ -76,6 +76,9 @@ def section(summary: RunSummary) -> str:
     if summary.captured:
         lines.append("  captured when the leak alarm fired:")
         lines += [f"    {safe(site)}  {safe(detail)}" for site, detail in summary.captured]
+    if summary.holders:
+        lines.append("  held by (referrer chains walked when the leak alarm fired):")
+        lines += [f"    {safe(chain, 600)}" for chain in summary.holders]
     if summary.phases:
         lines.append("  growth per phase:")
         lines.append(table([phase_header(summary), *phase_rows(summary)]))

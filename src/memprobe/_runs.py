@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import keys
+from ._alarm_capture import HOLDERS
 from ._errors import MemprobeWarning
 from ._jsonl import JsonlReadError, iter_records
 from ._phases import PhaseGrowth, mark_times, phase_growth
@@ -99,6 +100,8 @@ class RunSummary:
     spans: list[tuple[float, float, str]] = field(default_factory=list)
     #: What the alarm's deep capture named: ``(site or type, detail)``.
     captured: list[tuple[str, str]] = field(default_factory=list)
+    #: The referrer chains the capture walked, up to what keeps the leaking type alive.
+    holders: list[str] = field(default_factory=list)
 
     @property
     def n_leaks(self) -> int:
@@ -272,10 +275,13 @@ def summarize(run: ProcessRun) -> RunSummary:
     notes = list(dict.fromkeys(m.verdict.note for m in out if m.leak and m.verdict.note))
     title, suspects = _suspects(run, report)
     hints = []
-    short_of = [m.verdict for m in out if m.verdict is not None and m.verdict.status == "insufficient"]
+    short_of = [m.verdict for m in out
+                if m.verdict is not None and m.verdict.status == "insufficient"]
     if short_of:
         hints.append(_insufficient_hint(short_of, len(run.samples), run.tags))
-    probes = {keys.split_key(k, run.prefix).probe for s in run.samples[-1:] for k in s.values
+    # The probes of the last sample (not the alarm's capture line, which has none).
+    last = [s for s in run.samples[-2:] if head + "capture/duration_seconds" not in s.values]
+    probes = {keys.split_key(k, run.prefix).probe for s in last[-1:] for k in s.values
               if k.startswith(head) and "/" in k[len(head):]}
     if any(m.leak for m in out) and not probes & set(NAMING_PROBES):
         hints.append("to name the line that leaks, rerun with --probes process,gc,tracemalloc "
@@ -285,6 +291,7 @@ def summarize(run: ProcessRun) -> RunSummary:
     summary.phases = phase_growth(run.samples, [m.key for m in summary.phase_metrics])
     summary.marks, summary.spans = mark_times(run.samples)
     summary.captured = _captured(run)
+    summary.holders = _holders(run)
     if summary.captured:  # the capture named the line: no need to rerun for it
         summary.hints = [h for h in hints if not h.startswith("to name the line")]
     return summary
@@ -346,6 +353,16 @@ def _captured(run: ProcessRun, n: int = 5) -> list[tuple[str, str]]:
         found.sort(key=lambda f: -f[0])
         out += [(name, detail) for _, name, detail in found[:n]]
     return out
+
+
+def _holders(run: ProcessRun, n: int = 5) -> list[str]:
+    """The referrer chains the alarm's capture lines carry (their ``holders`` field)."""
+    out: list[str] = []
+    for s in run.samples:
+        text = s.labels.get(HOLDERS) if s.labels else None
+        if text:
+            out += (chain[:600] for chain in text.splitlines())
+    return list(dict.fromkeys(out))[:n]
 
 
 def summarize_all(runs: Sequence[ProcessRun]) -> list[RunSummary]:

@@ -17,7 +17,8 @@ class Sample:
     ``values`` maps flat keys (``memprobe/<probe>/<metric>``, see :mod:`memprobe.keys`)
     to numbers. It is read-only for everyone but the Prober that made it.
     ``labels`` holds the phase markers of the sample (``{"phase": "eval"}``,
-    ``{"mark": "checkpoint"}``: see ``Prober.mark``), or None.
+    ``{"mark": "checkpoint"}``: see ``Prober.mark``), the referrer chains of a leak
+    alarm's capture line (``{"holders": "chain\\nchain"}``), or None.
     """
 
     time_seconds: float

@@ -147,7 +147,7 @@ class JsonlSink:
         record: dict[str, Any] = {"time": time_seconds, "step": step, "pid": pid}
         if self.tags:
             record.update(self.tags)
-        if labels:  # phase markers (memprobe._phases.LABEL_FIELDS)
+        if labels:  # phase markers, a capture's holders (memprobe._jsonl.TEXT_FIELDS)
             record.update(labels)
         record["values"] = values
         if _orjson is not None:
@@ -177,7 +177,7 @@ class JsonlSink:
             record: dict[str, Any] = {"time": time_seconds, "step": step, "pid": pid}
             if self.tags:
                 record.update(self.tags)
-            if labels:  # phase markers (memprobe._phases.LABEL_FIELDS)
+            if labels:  # phase markers, a capture's holders (memprobe._jsonl.TEXT_FIELDS)
                 record.update(labels)
             record["values"] = values
             data = b""  # _encode, inlined: this is every sample's path

@@ -97,6 +97,8 @@ class Verdict:
     :ivar culprits: the most likely causes, most likely first: sites
         (``my_env.py:26 → numpy/_core/numeric.py:232``) or type names.
     :ivar note: the kind of growth in plain words, or another hint.
+    :ivar holders: referrer chains up to what keeps the leaking type's instances alive
+        (``app.Session <- list[3] <- module app global 'CACHE'``), from the alarm's capture.
     :ivar kind: the kind of growth of a leak (a key of :data:`KINDS`), or None.
     :ivar prefix: the prefix of ``key`` (``memprobe``).
     :ivar step: what one step is: ``"sample"`` or ``"call"``.
@@ -117,6 +119,7 @@ class Verdict:
     kind: str | None = None
     prefix: str = ""
     step: str = "sample"
+    holders: tuple[str, ...] = ()
 
     @property
     def leaking(self) -> bool:
@@ -163,6 +166,8 @@ class Verdict:
             s += "; culprits: " + ", ".join(self.culprits[:5])
         if self.note:
             s += f"; {self.note}"
+        if self.holders:
+            s += f"; held by: {self.holders[0]}"
         return s
 
 

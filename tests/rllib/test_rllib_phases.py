@@ -69,3 +69,42 @@ def test_train_evaluate_and_user_marks_in_jsonl_and_report(ray_session, tmp_path
     assert "growth per phase" in r.stdout, r.stdout
     table = r.stdout.split("growth per phase", 1)[1]
     assert "train/evaluate" in table and "train" in table.replace("train/evaluate", ""), table
+
+
+def test_restoring_a_checkpoint_marks_checkpoint_loaded(ray_session, tmp_path):
+    """A real PPO saved with ``save_to_path`` and restored with ``algo.restore(path)``
+    (the Trainable API, which calls ``on_checkpoint_loaded``): the driver's JSONL has
+    the ``checkpoint_loaded`` mark, after the restored Algorithm's ``train`` start."""
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    cls = MemoryProbeCallback.configure(jsonl=str(tmp_path / "runs"), learners=False)
+    config = (
+        PPOConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=0)
+        .training(train_batch_size=128, minibatch_size=64, num_epochs=1)
+        .callbacks(cls)
+        .debugging(log_level="ERROR")
+    )
+    checkpoint = tmp_path / "checkpoint"
+    algo = config.build_algo()
+    try:
+        algo.train()
+        algo.save_to_path(str(checkpoint))
+    finally:
+        algo.stop()
+    restored = config.build_algo()
+    try:
+        restored.restore(str(checkpoint))
+        restored.train()
+    finally:
+        restored.stop()
+
+    driver = [rec for f in sorted((tmp_path / "runs").glob("memprobe-driver-*.jsonl"))
+              for rec in lines_of(f)]
+    marks = [rec["mark"] for rec in driver if "mark" in rec]
+    assert marks == ["checkpoint_loaded"], marks
+    starts = [i for i, rec in enumerate(driver) if rec.get("phase_edge") == "start"
+              and rec.get("phase") == "train"]
+    loaded = next(i for i, rec in enumerate(driver) if rec.get("mark") == "checkpoint_loaded")
+    assert len(starts) == 2 and starts[1] < loaded, (starts, loaded)
