@@ -400,15 +400,18 @@ class MemoryProbeCallback(RLlibCallback):
             if not getattr(r, "ok", True):
                 continue
             index, values = r.get() if hasattr(r, "get") else r
-            head = f"memprobe/learner_{index}/"
+            head = mkeys.prefix_path(f"memprobe/learner_{index}")
             for k, v in values.items():
-                out[head + k[len("memprobe/learner/"):]] = v
+                out[head + mkeys.short_key(k, LEARNER_PREFIX)] = v
         return out
 
 
 # Every live ProcessProber a callback built in this process, for MemoryProbeCallback.mark
 # (weak: a stopped Algorithm's callback and its Prober go when the Algorithm goes).
 _LIVE: weakref.WeakSet[ProcessProber] = weakref.WeakSet()
+
+#: The prefix a Learner's Prober writes under; the driver renames it ``memprobe/learner_<i>``.
+LEARNER_PREFIX = "memprobe/learner"
 
 # Learner actors: one ProcessProber per process per option set, kept between iterations.
 _LEARNERS: dict[str, ProcessProber] = {}
@@ -434,13 +437,13 @@ def _learner_sample(learner: Any, options: CallbackOptions,
         with _LEARNER_LOCK:
             probe = _LEARNERS.get(repr(options))
             if probe is None:
-                probe = ProcessProber(options, "learner", index, prefix="memprobe/learner",
+                probe = ProcessProber(options, "learner", index, prefix=LEARNER_PREFIX,
                                      step_name=STEP_NAMES["learner"]).start()
                 _LEARNERS[repr(options)] = probe
         return index, probe.sample_all(step)
     except Exception as exc:
         warn(f"memprobe_rllib: sampling in a Learner failed: {exc!r}")
-        return index, {"memprobe/learner/errors/memprobe_rllib": 1}
+        return index, {mkeys.make_key(LEARNER_PREFIX, "errors", "memprobe_rllib"): 1}
 
 
 class _HookFunction:

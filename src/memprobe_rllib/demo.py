@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import logging
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import memprobe
+from memprobe import keys as mkeys
 
 from ._options import CallbackOptions
 
@@ -54,18 +55,27 @@ class LeakyCartPole:
 
 
 def read_runs(logdir: str) -> dict[str, list[memprobe.Sample]]:
-    """``{file name: samples}`` for every JSONL file the callback wrote."""
+    """``{file name: samples}`` for every JSONL file the callback wrote (a bad line,
+    such as the last line of a killed process, is skipped with a warning)."""
     runs: dict[str, list[memprobe.Sample]] = {}
     for path in sorted(glob.glob(os.path.join(logdir, "memprobe-*.jsonl"))):
-        samples = []
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                rec = json.loads(line)
-                samples.append(memprobe.Sample(rec["time"], rec.get("step"), rec["pid"],
-                                               rec["values"]))
+        samples = memprobe.read_samples(path)
         if samples:
             runs[os.path.basename(path)] = samples
     return runs
+
+
+def culprit_of(result: dict[str, Any]) -> str | None:
+    """The first culprit an EnvRunner's leak keys name (``memprobe/leak/culprit/<where>/...``)."""
+    for k in result:
+        try:
+            parts = mkeys.split_key(k, mkeys.DEFAULT_PREFIX)
+        except ValueError:  # RLlib's own keys
+            continue
+        where = mkeys.site_name(parts.metric, sections=("culprit",))
+        if parts.probe == "leak" and where is not None:
+            return where
+    return None
 
 
 def _who(name: str) -> str:
@@ -106,23 +116,35 @@ def summary(runs: dict[str, list[memprobe.Sample]]) -> list[str]:
 
 
 def plot(runs: dict[str, list[memprobe.Sample]], path: str) -> str:
-    """Draw rss over time, one line per process; returns what happened, in words."""
+    """Draw rss over the train() iterations, one line per process; returns what happened,
+    in words."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
+        import numpy as np
     except ImportError:
         return 'no plot: matplotlib is not installed (pip install "memprobe[plot]")'
-    t0 = min(s[0].time_seconds for s in runs.values())
+    # The driver samples once per train() iteration (step = the iteration): its sample
+    # times place every other process's samples on the iteration axis.
+    driver = next((s for n, s in runs.items() if _who(n) == "driver"), [])
+    anchors = [(s.time_seconds, s.step) for s in driver if isinstance(s.step, int)]
     fig, ax = plt.subplots(figsize=(8, 4))
     for name, samples in runs.items():
         key = _rss_key(samples)
         if key is not None:
             have = [s for s in samples if key in s.values]  # not every sample has every probe
-            ax.plot([s.time_seconds - t0 for s in have],
-                    [s.values[key] / MIB for s in have], label=_who(name))
-    ax.set_xlabel("seconds since the first sample")
+            times = [s.time_seconds for s in have]
+            x = (np.interp(times, *zip(*anchors)) if len(anchors) >= 2
+                 else [t - times[0] for t in times])
+            ax.plot(x, [s.values[key] / MIB for s in have], label=_who(name))
+    if len(anchors) >= 2:
+        ax.set_xlabel("train() iteration")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    else:
+        ax.set_xlabel("seconds since the first sample")
     ax.set_ylabel("rss (MiB)")
     ax.set_title("PPO CartPole-v1: memory of each process")
     ax.legend()
@@ -158,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     import ray
     from memprobe_rllib import MemoryProbeCallback
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.ERROR)
+    own_ray = not ray.is_initialized()  # main() called where Ray already runs uses that Ray
+    if own_ray:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.ERROR)
     _quiet_ray()  # again: ray.init configures Ray's loggers
     config = (
         PPOConfig()
@@ -181,16 +205,17 @@ def main(argv: list[str] | None = None) -> int:
             er = r["env_runners"]
             alarm = "none"
             if er.get("memprobe/leak/suspect"):
-                where = [k.split("/")[3:-1] for k in er if k.startswith("memprobe/leak/culprit/")]
+                where = culprit_of(er)
                 alarm = (f"EnvRunner 1 {er['memprobe/leak/rate_per_hour'] / MIB:+.0f} MiB/hour"
-                         + (f" at {'/'.join(where[0])}" if where else ""))
+                         + (f" at {where}" if where else ""))
             seconds = time.perf_counter() - t1
             print(f"{it:>2} {seconds:>5.1f}s {er.get('episode_return_mean', 0):>7.1f}"
                   f" | {r['memprobe/driver/process/rss_bytes'] / MIB:>6.0f} MiB"
                   f" | {er['memprobe/process/rss_bytes'] / MIB:>9.0f} MiB | {alarm}")
     finally:
         algo.stop()
-        ray.shutdown()
+        if own_ray:
+            ray.shutdown()
     runs = read_runs(logdir)
     print("\nper process (rss; a sample is one train() iteration for the driver, one "
           "episode end for an EnvRunner):")
@@ -198,8 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         print("  " + line)
     print(plot(runs, os.path.join(logdir, "memory.png")))
     print(f"JSONL logs (one per process): {logdir}")
+    where = shlex.quote(logdir)
     print("the full report:\n  "
-          f"{sys.executable} -m memprobe report {logdir}/*.jsonl --html {logdir}/report.html")
+          f"{shlex.quote(sys.executable)} -m memprobe report {where}/*.jsonl "
+          f"--html {where}/report.html")
     return 0
 
 
