@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from memprobe import Report, Sample
+from memprobe import Sample
 from memprobe.keys import infer_prefix, split_key
 from memprobe.metrics import PROBER_METRICS, Metric, lookup
 
@@ -33,6 +33,20 @@ TAG_KEYS = ("role", "name", "index", "node")
 EXTRA_HINT = 'pip install "memprobe[ray]"'
 #: How many culprits (sites or types) of a leak verdict are exported, ranked 1..N.
 MAX_CULPRITS = 3
+#: The leak gauges with a tag: a culprit's rank, an alarmed count metric's rate.
+CULPRIT_RANK = "memprobe_leak_culprit_rank"
+COUNT_RATE = "memprobe_leak_count_rate_per_hour"
+#: The leak gauges with a tag of their own: name -> (tag key, description).
+TAGGED = {
+    CULPRIT_RANK: ("culprit", "rank of a likely leak cause (1: likeliest; 0: not now)"),
+    COUNT_RATE: ("metric", "growth per hour of an alarmed metric that counts things "
+                           "(fds, objects, blocks; 0 once no longer alarmed)"),
+}
+#: The descriptions of the process's leak gauges.
+LEAK_DESCRIPTIONS = {
+    "memprobe_leak_suspect": "1 while the leak alarm of this process has confirmed a leak",
+    "memprobe_leak_rate_per_hour_bytes": "growth per hour of the fastest alarmed metric in bytes",
+}
 
 
 class RayMetricsUnavailable(ImportError):
@@ -147,10 +161,10 @@ class RayMetricsSink:
         self._plan: dict[str, PromMetric | None] = {}  # key -> how it is exported
         self._owners: dict[tuple[str, str | None], str] = {}  # (name, site) -> its key
         self._metrics: dict[str, Any] = {}  # Prometheus name -> Ray metric object
-        self._descriptions: dict[str, str] = {}  # Prometheus name -> the declared description
+        self._descriptions: dict[str, str] = dict(LEAK_DESCRIPTIONS)  # name -> its description
         self._last: dict[tuple[str, str], float] = {}  # counter (name, site) -> last cumulative
         self._sites: dict[str, list[str]] = {}  # culprit tag values admitted
-        self._culprits: dict[str, int] = {}  # culprit -> rank last exported
+        self._tagged: dict[str, dict[str, float]] = {}  # TAGGED name -> {tag: last value}
         self._gauges: dict[tuple[str, str], float] = {}  # (name, site) -> last value set
         self._leak_gauges: dict[tuple[str, str], float] = {}
         self.samples_written = 0
@@ -264,9 +278,11 @@ class RayMetricsSink:
             return
         with self._lock:
             self._set_gauges(self._gauges)
-            culprits = self._metrics.get("memprobe_leak_culprit_rank")
-            for tag, rank in self._culprits.items():
-                culprits.set(float(rank), tags={"culprit": tag})
+            for name, values in self._tagged.items():
+                tag_key = TAGGED[name][0]
+                m = self._metrics[name]
+                for tag, value in values.items():
+                    m.set(value, tags={tag_key: tag})
 
     def _count(self, plan: PromMetric, site: str, value: float) -> None:
         """An interval's amount, or a cumulative value's growth, added to a counter if > 0."""
@@ -283,45 +299,84 @@ class RayMetricsSink:
                 increase, tags={"site": site} if site else None
             )
 
-    def write_report(self, report: Report) -> None:
-        """Export leak verdicts: ``memprobe_leak_suspect`` (0/1), ``..._rate_per_hour_bytes``
-        of the worst leaking metric, and ``memprobe_leak_culprit_rank{culprit}`` (1 is the
-        likeliest; 0 once no longer a culprit), at most :data:`MAX_CULPRITS` at a time and
-        ``max_sites`` culprit values ever per process.
+    def write_alarm(self, alarm: Any) -> None:
+        """Export a :class:`memprobe.LeakAlarm`'s state (a Prober's ``prober.alarm``): its
+        confirmed keys (``alarm.alarmed``), the verdicts of its latest check, and the
+        culprits those verdicts name (the alarm's deep capture puts its own first)."""
+        latest = alarm.latest
+        verdicts = {} if latest is None else dict(latest.verdicts)
+        alarmed = list(alarm.alarmed)
+        ranked = sorted((verdicts[k] for k in alarmed if k in verdicts),
+                        key=lambda v: -(v.rate_per_hour or 0.0))
+        culprits = [c for v in ranked for c in v.culprits]
+        self.write_verdicts(verdicts, alarmed, culprits)
+
+    def write_verdicts(self, verdicts: Mapping[str, Any], alarmed: Collection[str],
+                       culprits: Sequence[str] = ()) -> None:
+        """Export a leak alarm's state.
+
+        - ``memprobe_leak_suspect``: 1 while ``alarmed`` (the keys the alarm has
+          confirmed leaking) is not empty, else 0;
+        - ``memprobe_leak_rate_per_hour_bytes``: the largest ``rate_per_hour`` in
+          ``verdicts`` (the latest check's, by key) of an alarmed metric in bytes, else 0;
+        - ``memprobe_leak_count_rate_per_hour{metric}``: the ``rate_per_hour`` of each
+          alarmed metric that counts things (``process/num_fds``, ``objects/total_count``...;
+          0 once no longer alarmed);
+        - ``memprobe_leak_culprit_rank{culprit}``: 1 for the first of ``culprits`` (the
+          likeliest), 0 once no longer named; at most :data:`MAX_CULPRITS` at a time and
+          ``max_sites`` culprit values ever per process.
+
+        An alarmed key with no verdict in ``verdicts`` counts in the suspect only.
         """
         if self.closed:
             return
         with self._lock:
-            leaks = report.leaks
-            worst = max(leaks, key=lambda v: v.rate_per_hour or 0.0, default=None)
-            self._descriptions.setdefault(
-                "memprobe_leak_suspect", "1 while a metric of this process is judged leaking")
-            self._descriptions.setdefault(
-                "memprobe_leak_rate_per_hour_bytes", "growth per hour of the worst leaking metric")
-            rate = 0.0 if worst is None or worst.rate_per_hour is None else worst.rate_per_hour
-            verdict = {("memprobe_leak_suspect", ""): 1.0 if leaks else 0.0,
-                       ("memprobe_leak_rate_per_hour_bytes", ""): float(rate)}
+            bytes_rate = 0.0
+            counts: dict[str, float] = {}
+            for key in alarmed:
+                v = verdicts.get(key)
+                if v is None:
+                    continue
+                rate = 0.0 if v.status == "insufficient" else float(v.rate_per_hour or 0.0)
+                unit = self._unit(key, v)
+                if unit == "bytes":
+                    bytes_rate = max(bytes_rate, rate)
+                elif unit == "count":
+                    counts[v.metric] = rate
+            verdict = {("memprobe_leak_suspect", ""): 1.0 if alarmed else 0.0,
+                       ("memprobe_leak_rate_per_hour_bytes", ""): bytes_rate}
             self._set_gauges(verdict)
             self._leak_gauges = verdict
             self._gauges.update(verdict)
             ranks: dict[str, int] = {}
-            for v in leaks:
-                for c in v.culprits:
-                    if c not in ranks and len(ranks) < MAX_CULPRITS:
-                        ranks[c] = len(ranks) + 1
-            m = self._metric("memprobe_leak_culprit_rank", "gauge",
-                             "rank of a likely leak cause (1: likeliest; 0: not now)",
-                             ("culprit",))
-            now: dict[str, int] = {}
+            for c in culprits:
+                if c not in ranks and len(ranks) < MAX_CULPRITS:
+                    ranks[c] = len(ranks) + 1
+            now: dict[str, float] = {}
             for culprit, rank in ranks.items():
-                tag = self._site_tag("memprobe_leak_culprit_rank", culprit)
+                tag = self._site_tag(CULPRIT_RANK, culprit)
                 if tag != "other" and tag not in now:
-                    now[tag] = rank
-            for tag in set(self._culprits) - set(now):
-                m.set(0.0, tags={"culprit": tag})
-            for tag, rank in now.items():
-                m.set(float(rank), tags={"culprit": tag})
-            self._culprits = {**dict.fromkeys(self._culprits, 0), **now}
+                    now[tag] = float(rank)
+            self._set_tagged(CULPRIT_RANK, now)
+            self._set_tagged(COUNT_RATE, counts)
+
+    def _unit(self, key: str, verdict: Any) -> str:
+        """The declared unit of a judged key."""
+        metric = verdict.metric
+        probe, _, name = metric.partition("/")
+        return self.describe(key, probe, name).unit
+
+    def _set_tagged(self, name: str, values: Mapping[str, float]) -> None:
+        """Set a gauge with one tag (:data:`TAGGED`) per value; a value no longer given: 0."""
+        old = self._tagged.get(name, {})
+        if not values and not old:
+            return
+        tag_key, description = TAGGED[name]
+        m = self._metric(name, "gauge", description, (tag_key,))
+        merged = {**dict.fromkeys(old, 0.0), **values}
+        for tag, value in merged.items():
+            m.set(value, tags={tag_key: tag})
+        self._tagged[name] = merged
 
     def close(self) -> None:
         """Stop exporting; Ray drops this process's series when the process ends."""

@@ -3,8 +3,11 @@
 ``ray.init(runtime_env={"worker_process_setup_hook": "memprobe_ray.setup"})``
 runs :func:`setup` in every worker process of the job. It starts one daemon
 thread that samples the process every ``interval_seconds`` into a
-:class:`~memprobe_ray.RayMetricsSink`, and every ``leak_check_every`` samples
-judges the history for leaks and exports the verdict.
+:class:`~memprobe_ray.RayMetricsSink`. The Prober's own leak alarm judges the
+history every ``leak_check_every`` samples and confirms a leak at
+``leak_confirmations`` leaking checks in a row (then opens its deep capture to
+name the culprit); the sink exports the alarm's state after each check: a
+process is a suspect once the alarm has confirmed a leak, for the rest of its life.
 
 The thread names the process by what it runs, read from the process title Ray
 sets (``ray::<Class>.<method>`` in an actor, ``ray::<task>`` in a task worker):
@@ -17,6 +20,7 @@ pool of spare workers) or an actor still in its constructor exports nothing yet.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import time
@@ -35,6 +39,8 @@ DEFAULTS: Mapping[str, Any] = {
     "probes": ("process", "gc"),
     "interval_seconds": 5.0,
     "leak_check_every": 12,
+    "leak_confirmations": 2,
+    "capture_on_leak": True,
     "history": 360,
     "max_sites": 5,
     "leak_options": None,
@@ -47,7 +53,17 @@ REFRESH_SECONDS = 5.0
 MAX_FAILURES = 3
 #: Environment variable for the sampling interval of :func:`setup` (seconds).
 INTERVAL_ENV = "MEMPROBE_RAY_INTERVAL_SECONDS"
+#: Environment variable that turns the setup hook off in a worker (``"off"``): set in an
+#: actor's or task's ``runtime_env={"env_vars": ...}``, its processes are left to
+#: :func:`probed` (and its options) or not probed at all.
+HOOK_ENV = "MEMPROBE_RAY_SETUP_HOOK"
 
+
+def _hook_off() -> bool:
+    return os.environ.get(HOOK_ENV, "").strip().lower() in ("off", "0", "false", "no")
+
+
+_LOG = logging.getLogger("memprobe_ray")
 _LOCK = threading.Lock()
 _SAMPLER: _Sampler | None = None
 
@@ -125,6 +141,7 @@ class _Sampler(threading.Thread):
         self.sink: RayMetricsSink | None = None
         self.failures = 0
         self.samples = 0
+        self._exported: Any = None  # the alarm's report last exported
 
     def _build(self, role: str, name: str, index: str) -> None:
         o = self.options
@@ -133,9 +150,18 @@ class _Sampler(threading.Thread):
         if o["jsonl"]:
             jsonl = memprobe.JsonlSink(o["jsonl"], tags={**self.sink.tags})
             sink = Tee(self.sink, jsonl)
-        self.prober = memprobe.Prober(o["probes"], history=o["history"], sink=sink)
+        self.prober = memprobe.Prober(
+            o["probes"], history=o["history"], sink=sink, on_leak=self._on_leak,
+            leak_check_every=o["leak_check_every"], leak_confirmations=o["leak_confirmations"],
+            leak_options=o["leak_options"], capture_on_leak=o["capture_on_leak"])
         self.sink.bind(self.prober)
         self.prober.start()
+
+    def _on_leak(self, verdict: Any) -> None:
+        """The alarm confirmed a leak: one line in the worker's log (the sink exports it)."""
+        tags = self.sink.tags if self.sink is not None else {}
+        _LOG.warning("memprobe_ray: %s %s %s leaks: %s", tags.get("role", ""),
+                     tags.get("name", ""), tags.get("index", ""), verdict.describe())
 
     def _follow_task(self) -> None:
         """Name a pooled task worker by the task it runs now (its tags, and its JSONL tags)."""
@@ -162,8 +188,10 @@ class _Sampler(threading.Thread):
             if not self.prober.sample():
                 return
             self.samples += 1
-            if self.samples % self.options["leak_check_every"] == 0:
-                self.sink.write_report(self.prober.report(**(self.options["leak_options"] or {})))
+            alarm = self.prober.alarm
+            if alarm is not None and alarm.latest is not self._exported:
+                self._exported = alarm.latest  # a check, or a capture that named culprits
+                self.sink.write_alarm(alarm)
             self.failures = 0
         except Exception as exc:  # a memory probe never breaks the worker it watches
             self.failures += 1
@@ -203,8 +231,10 @@ def start_sampler(**options: Any) -> bool:
     """Start this process's sampler thread (once per process); ``False`` if already running.
 
     :param options: any of :data:`DEFAULTS` (``probes``, ``interval_seconds``,
-        ``leak_check_every``, ``history``, ``max_sites``, ``leak_options`` for
-        :func:`memprobe.analyze_samples` such as ``thresholds``; ``jsonl``, a
+        ``history``, ``max_sites``; the leak alarm's ``leak_check_every``,
+        ``leak_confirmations``, ``capture_on_leak`` and ``leak_options`` for
+        :func:`memprobe.analyze_samples` such as ``thresholds``, as
+        :class:`memprobe.Prober` takes them; ``jsonl``, a
         path with ``{pid}`` on each node for a JSONL file per process as well,
         its lines tagged ``role``, ``name``, ``index``, ``node``), and ``identity``, a
         callable returning ``(role, name, index)`` or ``None`` while not yet known.
@@ -243,7 +273,10 @@ def setup() -> None:
 
     Samples every :data:`INTERVAL_ENV` seconds (default 5), set through
     ``runtime_env={"env_vars": {...}}``; use :func:`setup_hook` for other options.
+    Does nothing in a worker whose :data:`HOOK_ENV` is ``"off"`` (either hook).
     """
+    if _hook_off():
+        return
     interval = float(os.environ.get(INTERVAL_ENV, DEFAULTS["interval_seconds"]))
     start_sampler(interval_seconds=interval)
 
@@ -269,7 +302,8 @@ class _SetupHook:
         self.__name__ = "memprobe_ray.setup_hook"
 
     def __call__(self) -> None:
-        start_sampler(**self.options)
+        if not _hook_off():
+            start_sampler(**self.options)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
@@ -286,8 +320,11 @@ def probed(target: F | None = None, **options: Any) -> Any:
         class Replay: ...
 
     On a class, the sampler starts when an instance is created; on a function,
-    when the task first runs in a process. One sampler per process, whatever
-    starts it. Options as :func:`start_sampler`.
+    when the task first runs in a process. The process is tagged with the actor
+    class or the task name, as the setup hook tags it. One sampler per process,
+    whatever starts it: where the setup hook also runs, its sampler (started
+    first) is the one, unless the actor's or task's ``runtime_env`` sets
+    :data:`HOOK_ENV` to ``"off"``. Options as :func:`start_sampler`.
     """
     if target is None:
         return functools.partial(probed, **options)

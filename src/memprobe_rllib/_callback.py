@@ -15,7 +15,7 @@ import memprobe
 from memprobe import ConfigError
 from memprobe import keys as mkeys
 
-from ._leak import LeakState
+from ._leak import JUDGED, LeakState
 from ._options import TRIGGERS, CallbackOptions
 from ._results import KeyKinds, ResultLog, declared, warn
 
@@ -90,8 +90,8 @@ class ProcessProber:
 
     With ``options.ray_metrics`` (and ``sink``), the Prober also writes to the
     ``ray_metrics`` sink (tags ``role``, ``name="rllib"`` or ``"rllib_evaluate"``
-    for an evaluation EnvRunner, ``index``), which gets the alarm's verdicts after
-    each sample. ``phase`` labels every sample (an evaluation EnvRunner's).
+    for an evaluation EnvRunner, ``index``), which gets the leak keys' verdict
+    (:class:`LeakState`'s) after each check of the alarm. ``phase`` labels every sample (an evaluation EnvRunner's).
     """
 
     def __init__(self, options: CallbackOptions, role: str, index: int, *,
@@ -125,7 +125,7 @@ class ProcessProber:
         )
         self.leak.prober = self.prober
         # The ray_metrics sink: reads the Prober's declarations, and exports its verdicts.
-        self.ray_sink = next((s for s in self.prober.sinks if hasattr(s, "write_report")), None)
+        self.ray_sink = next((s for s in self.prober.sinks if hasattr(s, "write_verdicts")), None)
         if self.ray_sink is not None and hasattr(self.ray_sink, "bind"):
             self.ray_sink.bind(self.prober)
         self._exported: Any = None
@@ -149,8 +149,19 @@ class ProcessProber:
             latest = alarm.latest
             if latest is not None and latest is not self._exported:
                 self._exported = latest
-                self.ray_sink.write_report(latest)
+                self._export_leak()
         return values
+
+    def _export_leak(self) -> None:
+        """The leak keys' verdict to the ray_metrics sink: suspect while ``LeakState`` holds
+        an alarm, the rates of the judged metrics, the culprits by rate."""
+        leak = self.leak
+        leak.refresh()
+        head = mkeys.prefix_path(self.prober.prefix)
+        judged = {head + m for m in JUDGED}
+        verdicts = {k: v for k, v in leak.latest.items() if k in judged}
+        culprits = sorted(leak.culprits, key=lambda c: -leak.culprits[c])
+        self.ray_sink.write_verdicts(verdicts, list(leak.alarmed), culprits)
 
     def leak_values(self) -> dict[str, float]:
         """The leak keys (empty when the alarm is off)."""

@@ -1,0 +1,103 @@
+"""The exported leak verdict is the leak alarm's: one leaking check is not a suspect,
+``leak_confirmations`` leaking checks in a row are.
+
+The sampler runs in this process (started by hand, as in a driver): the test grows
+the process's resident memory in step with the sampler's samples, so that each of
+the alarm's checks judges a window the test chose.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from memprobe_ray import _worker, start_sampler, stop_sampler
+
+ray = pytest.importorskip("ray")
+
+#: Samples per check; the history holds one window, so each check judges its own.
+WINDOW = 20
+#: Windows whose samples grow rss by 2 MiB each: one alone, then two in a row.
+RAMPS = {1, 4, 5}
+
+
+def test_one_leaking_check_exports_no_suspect_and_confirmed_checks_do(ray_cluster, prometheus):
+    start_sampler(
+        identity=lambda: ("driver", "alarmcheck", ""), interval_seconds=0.1, history=WINDOW,
+        leak_check_every=WINDOW, leak_confirmations=2, capture_on_leak=False,
+        leak_options={"warmup": None, "metrics": ["process/rss_bytes"],
+                      "thresholds": {"process/rss_bytes": 200_000}})
+    sampler = _worker._SAMPLER
+    kept: list[bytes] = []
+    checks: list[tuple[float, str, bool]] = []  # (time seen, rss status, alarmed)
+    suspect = 'ray_memprobe_leak_suspect{name="alarmcheck"}'
+    t0 = time.time()
+    try:
+        seen = last = None
+        deadline = time.monotonic() + 120
+        while len(checks) < 6:
+            assert time.monotonic() < deadline, checks
+            n = sampler.samples
+            if n != last:
+                last = n
+                if n // WINDOW in RAMPS:  # the next sample is in a ramp window
+                    kept.append(b"\x01" * (2 << 20))
+            alarm = sampler.prober.alarm if sampler.prober is not None else None
+            report = alarm.latest if alarm is not None else None
+            if report is not None and report is not seen:
+                seen = report
+                rss = report.verdicts["memprobe/process/rss_bytes"]
+                checks.append((time.time(), rss.status, bool(alarm.alarmed)))
+            time.sleep(0.01)
+        # Windows 0 (flat), 1 (ramp), 2 and 3 (flat), 4 and 5 (ramp): one leaking check
+        # alone, then two in a row, which the alarm confirms.
+        assert [c[1] == "leak" for c in checks] == [False, True, False, False, True, True], checks
+        assert [c[2] for c in checks] == [False] * 5 + [True], checks
+        prometheus.wait_for(f"{suspect} == 1", lambda r: len(r) == 1, timeout=20)
+        rate = prometheus.query('ray_memprobe_leak_rate_per_hour_bytes{name="alarmcheck"}')
+        assert float(rate[0]["value"][1]) > 1e9, rate  # 2 MiB per 0.1 s
+        # Every scrape before the confirming check read 0, the lone leaking check's included.
+        confirmed = checks[5][0]
+        series = prometheus.query_range(suspect, seconds=time.time() - t0 + 5)
+        points = [(float(t), v) for s in series for t, v in s["values"]]
+        before = [v for t, v in points if t < confirmed]
+        assert len(before) >= 5 and set(before) == {"0"}, points
+        assert "1" in {v for t, v in points if t >= confirmed}, points
+    finally:
+        stop_sampler()
+        kept.clear()
+
+
+def test_a_count_leak_is_exported_under_its_count_gauge_not_the_bytes_one(ray_cluster,
+                                                                           prometheus):
+    """An fd leak's rate is in fds per hour: ``memprobe_leak_count_rate_per_hour``."""
+    start_sampler(
+        identity=lambda: ("driver", "fdleak", ""), probes=["process"], interval_seconds=0.05,
+        history=WINDOW, leak_check_every=WINDOW, leak_confirmations=2, capture_on_leak=False,
+        leak_options={"warmup": None, "metrics": ["process/num_fds"]})
+    sampler = _worker._SAMPLER
+    files = []
+    try:
+        last = None
+        deadline = time.monotonic() + 60
+        while sampler.prober is None or not sampler.prober.alarm.alarmed:
+            assert time.monotonic() < deadline
+            if sampler.samples != last:
+                last = sampler.samples
+                files.append(open(__file__, "rb"))  # noqa: SIM115  (the leak)
+            time.sleep(0.005)
+        assert sampler.prober.alarm.alarmed == {"memprobe/process/num_fds"}
+        counted = prometheus.wait_for(
+            'ray_memprobe_leak_count_rate_per_hour{name="fdleak"} > 0',
+            lambda r: len(r) == 1, timeout=20)
+        assert counted[0]["metric"]["metric"] == "process/num_fds"
+        assert float(counted[0]["value"][1]) > 3600  # some 20 fds a second
+        suspect = prometheus.query('ray_memprobe_leak_suspect{name="fdleak"}')
+        assert [r["value"][1] for r in suspect] == ["1"]
+        in_bytes = prometheus.query('ray_memprobe_leak_rate_per_hour_bytes{name="fdleak"}')
+        assert [r["value"][1] for r in in_bytes] == ["0"]
+    finally:
+        stop_sampler()
+        for f in files:
+            f.close()
