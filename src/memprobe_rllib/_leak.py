@@ -11,8 +11,8 @@ with the latest verdict:
   many healthy ones once the metric has fallen behind the pace it alarmed at, so
   that a leak's stall on freed memory it reuses does not lower it; raised again at
   ``leak_confirmations`` leaking ones);
-- ``<prefix>/leak/rate_per_hour``: growth per hour of the worst alarmed metric
-  (its unit: bytes, or a count for fds and objects);
+- ``<prefix>/leak/rate_per_hour``: growth per hour, in bytes, of the worst alarmed
+  bytes metric (an fd or objects leak has its rate in its own metric's key);
 - ``<prefix>/leak/<probe>/<metric>/rate_per_hour`` and ``.../suspect`` for each
   judged metric the process has (:data:`JUDGED`);
 - ``<prefix>/leak/env_runner_<i>``: 1 while EnvRunner ``i`` is alarmed (reduce max);
