@@ -209,7 +209,8 @@ def expected_culprit(case: Case) -> str | None:
     text = case.culprit
     if "LINE:" in text:
         head, _, marker = text.partition("LINE:")
-        text = f"{head}field_accuracy.py:{marker_line(marker.split()[0])}{marker[len(marker.split()[0]):]}"
+        name = marker.split()[0]
+        text = f"{head}field_accuracy.py:{marker_line(name)}{marker[len(name):]}"
     return text
 
 
@@ -292,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"field_accuracy: {args.iterations} iterations per program, sampled every iteration, "
           "the alarm at its defaults (every 50 samples, 2 confirmations)")
     print()
-    print("| case | expected | live alarm at iteration | report | kind | culprit named | right | s |")
+    print("| case | expected | live alarm at iteration | report | kind | culprit named "
+          "| right | s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     wrong = 0
     for case in cases:

@@ -156,8 +156,8 @@ def _private_imports(path: pathlib.Path) -> list[str]:
 
 
 def test_the_integrations_import_no_private_memprobe_names() -> None:
-    bad = [b for pkg in ("memprobe_rllib", "memprobe_ray") for p in sorted((SRC / pkg).rglob("*.py"))
-           for b in _private_imports(p)]
+    bad = [b for pkg in ("memprobe_rllib", "memprobe_ray")
+           for p in sorted((SRC / pkg).rglob("*.py")) for b in _private_imports(p)]
     assert not bad, bad
 
 

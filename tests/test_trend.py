@@ -61,7 +61,8 @@ def test_negating_y_negates_the_slope_and_mirrors_the_interval(ys: list[int]) ->
 
 @settings(max_examples=60)
 @given(ys=series, confidence=st.floats(0.5, 0.999))
-def test_interval_holds_the_slope_and_widens_with_confidence(ys: list[int], confidence: float) -> None:
+def test_interval_holds_the_slope_and_widens_with_confidence(ys: list[int],
+                                                            confidence: float) -> None:
     xs = list(range(len(ys)))
     slope, low, high, _ = theil_sen(xs, ys, confidence)
     assert low <= slope <= high

@@ -67,7 +67,8 @@ def test_growth_on_too_few_points_to_tell_from_a_warmup_is_insufficient() -> Non
     xs = list(range(39))
     v = memprobe.analyze(xs, [1000 * x for x in xs])
     assert v.status == "insufficient" and v.slope_per_step == 1000 and "+1000" in v.describe()
-    assert memprobe.analyze(xs + [39], [1000 * x for x in xs + [39]]).leaking
+    longer = [*xs, 39]
+    assert memprobe.analyze(longer, [1000 * x for x in longer]).leaking
     assert memprobe.analyze(xs, [1000 * x for x in xs], warmup=0).leaking
 
 

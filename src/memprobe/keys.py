@@ -55,7 +55,8 @@ def sanitize_key(part: str) -> str:
 
 
 def prefix_path(prefix: str) -> str:
-    """The sanitized prefix with its trailing ``/``: what every key starts with (``""`` for none)."""
+    """The sanitized prefix with its trailing ``/``: what every key starts with
+    (``""`` for none)."""
     return sanitize_key(prefix) + "/" if prefix else ""
 
 
@@ -90,7 +91,8 @@ def short_key(key: str, prefix: str) -> str:
 def infer_prefix(keys: Iterable[str]) -> str | None:
     """The prefix of a sample's keys, from the :data:`SAMPLE_SECONDS` key every sample has.
 
-    >>> infer_prefix(["memprobe/driver/process/rss_bytes", "memprobe/driver/overhead/sample_seconds"])
+    >>> infer_prefix(["memprobe/driver/process/rss_bytes",
+    ...               "memprobe/driver/overhead/sample_seconds"])
     'memprobe/driver'
 
     ``None`` when no key ends in it (not a Prober's sample).

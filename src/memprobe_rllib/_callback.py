@@ -91,7 +91,8 @@ class ProcessProber:
     With ``options.ray_metrics`` (and ``sink``), the Prober also writes to the
     ``ray_metrics`` sink (tags ``role``, ``name="rllib"`` or ``"rllib_evaluate"``
     for an evaluation EnvRunner, ``index``), which gets the leak keys' verdict
-    (:class:`LeakState`'s) after each check of the alarm. ``phase`` labels every sample (an evaluation EnvRunner's).
+    (:class:`LeakState`'s) after each check of the alarm. ``phase`` labels every
+    sample (an evaluation EnvRunner's).
     """
 
     def __init__(self, options: CallbackOptions, role: str, index: int, *,

@@ -48,7 +48,8 @@ def test_alarm_triggered_capture_names_a_leak_that_starts_midway():
     """A long run on the cheap process probe; a leak starts at step 1500; the alarm
     (a real Prober leak check) opens a capture; the capture names the line, the type
     and the holder."""
-    capture = CulpritCapture(duration_seconds=0.3, holders_timeout_seconds=60)  # a loaded box is slow
+    # A loaded box walks referrers slowly.
+    capture = CulpritCapture(duration_seconds=0.3, holders_timeout_seconds=60)
     alarms = []
 
     def on_leak(verdict):

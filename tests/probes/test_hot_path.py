@@ -21,7 +21,7 @@ THREADS = "memprobe/process/num_threads"
 
 @pytest.mark.parametrize("bad", [-1, float("inf"), float("nan"), "0", True, None])
 def test_count_max_age_seconds_refuses_bad_values(bad: object) -> None:
-    with pytest.raises(memprobe.ConfigError, match="process.count_max_age_seconds"):
+    with pytest.raises(memprobe.ConfigError, match=r"process\.count_max_age_seconds"):
         memprobe.Prober({"process": {"count_max_age_seconds": bad}})
 
 

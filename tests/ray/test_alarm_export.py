@@ -85,7 +85,7 @@ def test_a_count_leak_is_exported_under_its_count_gauge_not_the_bytes_one(ray_cl
             assert time.monotonic() < deadline
             if sampler.samples != last:
                 last = sampler.samples
-                files.append(open(__file__, "rb"))  # noqa: SIM115  (the leak)
+                files.append(open(__file__, "rb"))  # the leak: never closed
             time.sleep(0.005)
         assert sampler.prober.alarm.alarmed == {"memprobe/process/num_fds"}
         counted = prometheus.wait_for(
