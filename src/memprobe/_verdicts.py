@@ -69,7 +69,7 @@ LEAK_OPTIONS = frozenset({
 })
 
 _LATE_MIN_POINTS = 10  # points the last-half check of analyze() needs
-_LATE_FRACTION = 0.25  # a late rate under this part of the rate judged: levelled off
+_LATE_FRACTION = 1 / 3  # a late rate under this part of the rate judged: levelled off
 
 
 def format_culprit(site: str) -> str:
