@@ -31,7 +31,8 @@ from memprobe.metrics import Metric
 PromKind = Literal["gauge", "counter"]
 
 _BAD = re.compile(r"[^a-zA-Z0-9_]+")
-_HISTOGRAM_SUFFIXES = ("_count", "_sum", "_bucket")
+#: Suffixes a gauge never ends in: histograms' and summaries' series, and counters'.
+_NOT_GAUGE_SUFFIXES = ("_count", "_sum", "_bucket", "_total")
 _UNIT_SUFFIX = {"bytes": "_bytes", "seconds": "_seconds", "fraction": "_ratio"}
 
 
@@ -90,10 +91,10 @@ def prom_metric(probe: str, metric: str, declared: Metric) -> PromMetric:
             last = "items"
         elif last.endswith("_count"):
             last = last[: -len("_count")]
-    body = _clean("_".join([probe, *parts[:-1], last])) or "metric"
-    if kind == "gauge" and body.endswith(_HISTOGRAM_SUFFIXES):
-        body += "_value"
-    name = _with_unit("memprobe_" + body, declared.unit)
+    name = "memprobe_" + (_clean("_".join([probe, *parts[:-1], last])) or "metric")
+    if kind == "gauge" and name.endswith(_NOT_GAUGE_SUFFIXES):
+        name += "_value"
+    name = _with_unit(name, declared.unit)
     if kind == "counter":
         name += "_total"
     return PromMetric(name, kind, site, kind == "counter" and declared.kind == "interval")
