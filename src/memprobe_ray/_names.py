@@ -7,7 +7,9 @@ from the name:
 
 - a ``gauge`` is a Prometheus gauge; a count-like gauge never ends in ``_count``,
   ``_sum`` or ``_bucket`` (those suffixes belong to histograms and summaries):
-  ``blocks_count`` becomes ``blocks``, a bare ``count`` becomes ``items``;
+  ``blocks_count`` becomes ``blocks``, a bare ``count`` becomes ``items``; a
+  gauge whose name would still end in one of them or in ``_total`` (a counter's)
+  gets ``_value``: ``objects/total_count`` is ``memprobe_objects_total_value``;
 - a ``counter`` is a Prometheus counter named ``..._total``;
 - an ``interval`` in seconds (time spent since the previous sample) is summed
   into a counter ``..._seconds_total``, so that ``rate()`` gives the fraction
