@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 import memprobe
+from memprobe._budget import fair_share
 
 
 def _run(budget, seconds=0.8):
@@ -42,3 +47,50 @@ def test_without_budget_the_same_probe_costs_far_more():
     """The control: the budget is what keeps the fraction low."""
     ran, measured, *_ = _run(None, seconds=0.4)
     assert measured > 0.1, (ran, measured)
+
+
+def test_what_a_cheap_probe_leaves_of_the_budget_goes_to_the_costly_one():
+    """With ``process`` beside it, the objects probe may take nearly all the budget, not
+    half of it: the process probe takes a few µs of its part and leaves the rest."""
+    budget = 0.2
+    prober = memprobe.Prober(probes=["process", "objects"], budget=budget,
+                             load_entrypoints=False)
+    spent = {"process": 0.0, "objects": 0.0}
+    t0 = time.perf_counter()
+    with prober:
+        while time.perf_counter() - t0 < 2.0:
+            sum(i * i for i in range(20000))  # the user's step, ~1 ms
+            v = prober.sample()
+            for name in spent:
+                spent[name] += v.get(f"memprobe/overhead/{name}_seconds", 0.0)
+    wall = time.perf_counter() - t0
+    # An equal split would hold the objects probe to budget / 2 of wall time.
+    assert spent["objects"] / wall > 0.7 * budget, (spent, wall)
+    assert sum(spent.values()) / wall < 1.3 * budget, (spent, wall)
+    assert spent["process"] > 0  # and the cheap probe still ran
+
+
+def _used(demands, level):
+    return sum(min(d, level) for d in demands)
+
+
+demand = st.one_of(st.floats(0, 10, allow_nan=False), st.just(float("inf")))
+
+
+@given(st.floats(1e-6, 1.0), st.lists(demand, min_size=1, max_size=8))
+def test_fair_share_laws(budget, demands):
+    level = fair_share(budget, demands)
+    eps = 1e-9
+    assert _used(demands, level) <= budget + eps  # never over the budget
+    assert level >= budget / len(demands) - eps  # no probe worse off than an equal split
+    if sum(demands) > budget:  # not enough for all: all of it is used
+        assert _used(demands, level) >= budget - eps
+        # and it is the least level that uses it all: a lower one would waste some
+        assert _used(demands, level * (1 - 1e-6)) < budget
+
+
+@given(st.floats(1e-6, 1.0), st.lists(demand, min_size=1, max_size=8), st.randoms())
+def test_fair_share_does_not_depend_on_the_order_of_the_probes(budget, demands, rnd):
+    shuffled = list(demands)
+    rnd.shuffle(shuffled)
+    assert fair_share(budget, shuffled) == pytest.approx(fair_share(budget, demands), abs=1e-12)

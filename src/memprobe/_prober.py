@@ -15,6 +15,7 @@ import pluggy
 
 from ._alarm import LeakAlarm, OnLeak, check_leak_options
 from ._alarm_capture import check_capture_option
+from ._budget import BudgetSplit
 from ._components import bind_keys, build_probes, build_sinks, describe_key, discard
 from ._errors import ConfigError, ProbeError, ProbeFailedWarning, show
 from ._flatten import SiteKeyCap
@@ -80,7 +81,8 @@ class Prober(PhaseMixin):
     :param every: a probe runs at most once per this many ``sample()`` calls.
     :param interval_seconds: and at most once per this many seconds.
     :param budget: the fraction of wall time all probes together may take
-        (e.g. ``0.01``); costly probes are spaced out to stay under it.
+        (e.g. ``0.01``); costly probes are spaced out to stay under it, and what
+        cheap probes do not use goes to the costly ones.
     :param history: how many samples ``history`` keeps (a ring, allocated up front).
     :param max_failures: a probe that fails this many times in a row is disabled.
     :param sink: a path (a JSONL file; ``{pid}`` is replaced) or a :class:`Sink`.
@@ -188,6 +190,7 @@ class Prober(PhaseMixin):
         self.site_key_cap = SiteKeyCap(max_site_keys)
         self._lock = threading.RLock()
         self._calls = 0
+        self._budget_split = BudgetSplit()
         self._sampling = 0  # the thread id inside sample(), to refuse re-entry
         self._reentrant = 0
         self._t_start = 0.0
@@ -410,10 +413,11 @@ class Prober(PhaseMixin):
         t0 = t1 = _perf_counter()
         calls = self._calls = self._calls + 1
         budget = self.budget  # without one, only a probe's interval needs the clock
-        share = None if budget is None else budget / len(self._probes)
+        probes = self._probes
+        share = None if budget is None else self._budget_split.share(t0, budget, probes)
         values: dict[str, Number] | None = None
         shape = 2  # one bit per probe that ran through its fixed-shape fast sampler
-        for sp in self._probes:
+        for sp in probes:
             if sp.disabled:
                 continue
             if not force and (
