@@ -64,8 +64,9 @@ def test_what_a_cheap_probe_leaves_of_the_budget_goes_to_the_costly_one():
             for name in spent:
                 spent[name] += v.get(f"memprobe/overhead/{name}_seconds", 0.0)
     wall = time.perf_counter() - t0
-    # An equal split would hold the objects probe to budget / 2 of wall time.
-    assert spent["objects"] / wall > 0.7 * budget, (spent, wall)
+    # A probe with share s waits cost / s after each run, so it takes s / (1 + s) of wall
+    # time: about 0.16 here (measured 0.149), against 0.09 under an equal split.
+    assert spent["objects"] / wall > 0.6 * budget, (spent, wall)
     assert sum(spent.values()) / wall < 1.3 * budget, (spent, wall)
     assert spent["process"] > 0  # and the cheap probe still ran
 
