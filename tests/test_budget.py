@@ -95,3 +95,7 @@ def test_fair_share_does_not_depend_on_the_order_of_the_probes(budget, demands, 
     shuffled = list(demands)
     rnd.shuffle(shuffled)
     assert fair_share(budget, shuffled) == pytest.approx(fair_share(budget, demands), abs=1e-12)
+
+
+def test_with_no_probe_left_to_share_it_the_level_is_the_whole_budget():
+    assert fair_share(0.03, []) == 0.03  # every probe disabled: nothing to divide by

@@ -16,6 +16,7 @@ from typing import Protocol
 
 class _Costed(Protocol):
     cost_seconds: float
+    disabled: bool
     every: int
     interval_seconds: float
 
@@ -73,6 +74,7 @@ class BudgetSplit:
             demands = [
                 _demand(p.cost_seconds, max(p.every * period, p.interval_seconds))
                 for p in probes
+                if not p.disabled  # a disabled probe takes no part
             ]
             self._share = fair_share(budget, demands)
         return self._share
@@ -80,7 +82,8 @@ class BudgetSplit:
 
 def _demand(cost_seconds: float, period_seconds: float) -> float:
     """The fraction of wall time a probe costing ``cost_seconds`` takes run every
-    ``period_seconds``; unknown (no sample yet, or no period): all it could take."""
+    ``period_seconds``: none before its first run, all it could take while the time
+    between samples is not known yet."""
     if not cost_seconds:
         return 0.0
     if period_seconds <= 0.0:
