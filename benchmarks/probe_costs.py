@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import platform
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 import timeit
@@ -72,8 +74,17 @@ def main() -> None:
     sink = JsonlSink(os.path.join(tmp, "sink.jsonl"))
     history = memprobe.History(1000)
 
+    twenty = range(20)
+
+    def bytecode() -> int:  # how fast this interpreter runs bytecode, to compare machines
+        x = 0
+        for i in twenty:
+            x += i
+        return x
+
     rows = [
         ("floor: pread statm + gc.get_count + gc.get_stats", floor),
+        ("interpreter: a loop of 20 `x += i`", bytecode),
         ("process probe: sample()", proc.sample),
         ("process probe: flat sampler (the Prober's)", flat_proc),
         ("gc probe: sample()", gcp.sample),
@@ -105,7 +116,7 @@ def main() -> None:
     med = [statistics.median(t) for t in times]
     floor_us = med[0]
     print(f"median of {args.rounds} interleaved rounds, batches of {args.batch} calls, "
-          f"{args.clock} clock")
+          f"{args.clock} clock; Python {platform.python_version()} ({sys.executable})")
     print(f"{'what':<54}{'µs/call':>9}{'x floor':>9}{'goal':>12}")
     for (name, _), t in zip(rows, med):
         goal = GOALS.get(name)

@@ -17,9 +17,9 @@ from ._alarm import LeakAlarm, OnLeak, check_leak_options
 from ._alarm_capture import check_capture_option
 from ._budget import BudgetSplit
 from ._components import bind_keys, build_probes, build_sinks, describe_key, discard
-from ._errors import ConfigError, ProbeError, ProbeFailedWarning, show
+from ._errors import ConfigError, ProbeFailedWarning, show
 from ._flatten import SiteKeyCap
-from ._history import MAX_HISTORY, History, make_sample
+from ._history import MAX_HISTORY, History
 from ._hooks import SampleHooks
 from ._options import (
     ProbesOption,
@@ -33,23 +33,15 @@ from ._options import (
     parse_sinks,
 )
 from ._phases import PhaseMixin
-from ._pid import _current as _pid_box  # current_pid() without the call
 from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
 from ._sample import Number
+from ._sampling import PlainSampler, SamplingMixin
 from ._scheduled import ScheduledProbe
 from ._sinks import JsonlSink, Sink
 from .keys import make_key
 from .metrics import Metric
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-#: ``overhead/fraction`` is reported once the window it is measured over (from the
-#: end of the first sample) is at least this long: before, it means nothing.
-FRACTION_WINDOW_SECONDS = 1.0
-
-_perf_counter = time.perf_counter
-_time = time.time
-_get_ident = threading.get_ident
 
 # Every Prober alive in this process, so that a forked child can renew them.
 _LIVE_PROBERS: weakref.WeakSet[Prober] = weakref.WeakSet()
@@ -67,7 +59,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_renew_after_fork)
 
 
-class Prober(PhaseMixin):
+class Prober(SamplingMixin, PhaseMixin):
     """Runs memory probes around any Python loop.
 
     >>> with Prober(probes=["process", "gc"]) as prober:
@@ -203,8 +195,9 @@ class Prober(PhaseMixin):
         self._hooks = SampleHooks(self._pm, prefix)
         self._any_errors = False  # a probe or a hook has failed: sample() adds errors/...
         self._init_phases()
-        # (probe, flat sampler, overhead key) of each probe, or None: see _plain_probes.
-        self._plain: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...] | None = None
+        # sample() for a Prober whose probes all run in every sample, or None: _plain_probes.
+        self._plain: PlainSampler | None = None
+        self._plain_entries: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...] = ()
         self._plain_shape = -1
         _LIVE_PROBERS.add(self)
 
@@ -269,15 +262,6 @@ class Prober(PhaseMixin):
             self._plain_probes()
         return self
 
-    def _plain_probes(self) -> None:
-        """``_plain`` while every probe is ``plain`` and nothing has failed (cleared by a
-        failure and ``stop()``; ``sample()`` checks ``budget`` and the hooks' errors)."""
-        ok = self._started and not (self._any_errors or self._hooks.derive)
-        probes = self._probes
-        self._plain = tuple((sp, sp.fast, sp.overhead_key) for sp in probes) if (
-            ok and probes and all(sp.plain for sp in probes)) else None
-        self._plain_shape = functools.reduce(int.__or__, (sp.bit for sp in probes), 2)
-
     def stop(self) -> None:
         """Stop every probe and close the sinks. Safe to call twice."""
         with self._lock:
@@ -325,212 +309,6 @@ class Prober(PhaseMixin):
             "a memprobe.Prober is not picklable; build one in the process that samples "
             "(memprobe_rllib.MemoryProbeCallback does this for each EnvRunner)"
         )
-
-    # -- failures ---------------------------------------------------------------
-    def _fail(self, sp: ScheduledProbe, exc: BaseException, where: str,
-              fatal: bool = False) -> None:
-        self._any_errors = True
-        self._plain = None
-        sp.fail(exc, where, self.max_failures, make_key(self.prefix, "errors", sp.name), fatal)
-
-    def _hook_failed(self, name: str, hook: str, exc: BaseException) -> None:
-        self._any_errors = True
-        self._plain = None
-        self._hooks.failed(name, hook, exc)
-
-    # -- sampling ---------------------------------------------------------------
-    def sample(self, step: int | None = None, *, force: bool = False) -> dict[str, Number]:
-        """Run the probes that are due and return this sample's flat values.
-
-        :param step: the caller's step (iteration, episode); stored with the sample.
-        :param force: run every enabled probe, due or not.
-        :returns: a new dict, ``{"<prefix>/<probe>/<metric>": number}`` for the
-            probes that ran, plus ``<prefix>/errors/...`` once anything has failed
-            and ``<prefix>/overhead/...``. Empty when no probe was due. Changing it
-            changes nothing in ``history``.
-
-        Never raises because of a probe: a failing probe is counted, warned
-        about once and disabled after ``max_failures`` failures in a row. A
-        call made while this thread is already inside ``sample()`` (a signal
-        handler, a hook) returns ``{}`` at once and is counted in
-        ``<prefix>/errors/reentrant``.
-        """
-        me = _get_ident()
-        if self._sampling == me:
-            self._reentrant += 1
-            self._any_errors = True
-            self._plain = None
-            return {}
-        with self._lock:
-            self._sampling = me
-            try:
-                plain = self._plain
-                if plain is not None and self.budget is None and not self._hooks.errors:
-                    return self._sample_plain(plain, step, force)
-                return self._sample(step, force)
-            finally:
-                self._sampling = 0
-
-    def _sample_plain(self, plain: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...],
-                      step: int | None, force: bool) -> dict[str, Number]:
-        """``_sample`` when every probe runs in every sample through its flat sampler."""
-        t0 = t1 = _perf_counter()
-        self._calls += 1
-        values: dict[str, Number] | None = None
-        shape = self._plain_shape
-        for sp, fast, overhead_key in plain:
-            try:
-                flat = fast()
-                if flat is None:  # not usable now (e.g. forked): the ordinary path
-                    flat = sp.sample_values(self.prefix, self.site_key_cap)
-                    shape = -1
-            except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end the job
-                self._fail(sp, exc, "sample")
-                flat = None
-                shape = -1
-            t2 = _perf_counter()
-            if flat is not None:
-                if values is None:  # a probe's flat dict is new: the first one is the result
-                    values = flat
-                else:
-                    values.update(flat)
-                values[overhead_key] = t2 - t1
-            t1 = t2
-        if self._t_first:
-            self._window_probe_seconds += t1 - t0
-        if values is None:
-            if not force:
-                return {}
-            values = {}
-        if self._any_errors:  # a probe failed just now
-            self._add_errors(values)
-            shape = -1
-        return self._finish(values, t0, shape, step)
-
-    def _sample(self, step: int | None, force: bool) -> dict[str, Number]:
-        if not self._started:
-            self.start()
-        t0 = t1 = _perf_counter()
-        calls = self._calls = self._calls + 1
-        budget = self.budget  # without one, only a probe's interval needs the clock
-        probes = self._probes
-        share = None if budget is None else self._budget_split.share(t0, budget, probes)
-        values: dict[str, Number] | None = None
-        shape = 2  # one bit per probe that ran through its fixed-shape fast sampler
-        for sp in probes:
-            if sp.disabled:
-                continue
-            if not force and (
-                calls - sp.last_call < sp.every
-                or ((share is not None or sp.interval_seconds) and not sp.due_by_time(t1, share))
-            ):
-                continue
-            try:
-                fast = sp.fast
-                flat = fast() if fast is not None and sp.started else None
-                if flat is None:
-                    flat = sp.sample_values(self.prefix, self.site_key_cap)
-                    shape = -1
-                elif shape > 0:
-                    shape |= sp.bit
-            except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end the job
-                if sp.abandoned:
-                    sp.timeouts_count += 1
-                    self._fail(sp, exc, "sample", fatal=True)
-                else:
-                    self._fail(sp, exc, "sample")
-                flat = None
-            t2 = _perf_counter()
-            cost = t2 - t1
-            t1 = t2
-            if sp.time_limit is not None and flat is not None and cost > sp.time_limit:
-                sp.timeouts_count += 1
-                flat = None
-                self._fail(sp, ProbeError(
-                    sp.name, f"sample() took {cost:.3g} s, over its time limit of "
-                    f"{sp.time_limit:g} s; its values are dropped"), "sample")
-            if budget is not None:  # a moving average of the cost, for the budget
-                avg = sp.cost_seconds
-                sp.cost_seconds = 0.8 * avg + 0.2 * cost if avg else cost
-            sp.last_call = calls
-            sp.last_time = t2
-            if flat is not None:
-                if sp.consecutive_failures:
-                    sp.consecutive_failures = 0
-                if values is None:  # a probe's flat dict is new: the first one is the result
-                    values = flat
-                else:
-                    values.update(flat)
-                values[sp.overhead_key] = cost
-        if self._t_first:
-            self._window_probe_seconds += t1 - t0
-        if values is None:
-            if not force:
-                return {}
-            values = {}
-        hooks = self._hooks
-        if self._any_errors or hooks.errors:
-            self._add_errors(values)
-            shape = -1
-        if hooks.derive:
-            hooks.run_derive(values, self)
-            shape = -1
-        return self._finish(values, t0, shape, step)
-
-    def _finish(self, values: dict[str, Number], t0: float, shape: int,
-                step: int | None) -> dict[str, Number]:
-        """The end of a sample: the overhead metrics, the history, the sinks and
-        ``memprobe_sample_end`` hooks, the leak alarm."""
-        t3 = _perf_counter()
-        values[self._key_sample_seconds] = t3 - t0
-        if self._check_retained_due:  # the leak check after the previous sample kept memory
-            self._check_retained_due = False
-            values[self._key_check_retained] = self._check_retained
-            shape = -1
-        if self._t_first:
-            window = t3 - self._t_first
-            if window >= FRACTION_WINDOW_SECONDS:
-                values[self._key_fraction] = self._window_probe_seconds / window
-                if shape > 0:
-                    shape |= 1
-        else:
-            self._t_first = t3
-        now = _time()
-        pid = _pid_box[0]
-        self.history.append(now, step, pid, values, shape)
-        hooks = self._hooks
-        labels = self._labels  # inside a phase, or a mark's sample
-        sample = make_sample(now, step, pid, values) if self._sample_sinks or hooks.end else None
-        if sample is not None and labels is not None:
-            sample.__dict__["labels"] = labels
-        for name, s, write in self._sink_writers:
-            try:
-                if write is not None:
-                    write(now, step, pid, values, labels)
-                else:
-                    s.write(sample)
-            except Exception as exc:  # a user's sink; JsonlSink reports its own errors
-                self._hook_failed(name, "write", exc)
-        if hooks.end:
-            hooks.run_end(sample, self)
-        alarm = self.alarm
-        if alarm is not None and alarm.tick():
-            self._check_leaks(alarm)
-        if alarm is not None and alarm.capture_due():
-            self._finish_capture(alarm, now, step, pid)
-        return values
-
-    def _add_errors(self, values: dict[str, Number]) -> None:
-        prefix = self.prefix
-        for sp in self._probes:
-            if sp.errors_count:
-                values[make_key(prefix, "errors", sp.name)] = sp.errors_count
-                if sp.timeouts_count:
-                    values[make_key(prefix, "timeouts", sp.name)] = sp.timeouts_count
-        for name, n in self._hooks.errors.items():
-            values[make_key(prefix, "errors", name)] = n
-        if self._reentrant:
-            values[make_key(prefix, "errors", "reentrant")] = self._reentrant
 
     # -- reading back -----------------------------------------------------------
     def series(self, key: str) -> tuple[list[float], list[float]]:

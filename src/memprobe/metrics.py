@@ -68,7 +68,9 @@ def default_metric(name: str, description: str = "") -> Metric:
 #: The Prober's own sections (:data:`memprobe.keys.PROBER_SECTIONS`), declared here.
 PROBER_METRICS: Mapping[str, Mapping[str, Metric]] = {
     "overhead": {
-        "sample_seconds": Metric("wall time of the whole sample() call", "seconds", "interval"),
+        "sample_seconds": Metric("wall time of the sample's probes and the Prober's work "
+                                 "between them (not the history or sinks)", "seconds",
+                                 "interval"),
         "<probe>_seconds": Metric("time the probe's sample() took", "seconds", "interval"),
         "fraction": Metric("probe time over wall time since the first sample, once that "
                             "window is 1 s long", "fraction"),

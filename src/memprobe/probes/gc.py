@@ -18,7 +18,8 @@ _perf_counter = time.perf_counter
 
 #: The flat sampler re-reads ``gc.get_stats()`` after every collection (seen by the
 #: probe's ``gc.callbacks`` hook) and at least this often, for collections that run
-#: no callbacks (CPython's collection on a failed allocation).
+#: no callbacks (CPython's collection on a failed allocation) and for a hook that
+#: something took out of ``gc.callbacks``.
 STATS_MAX_AGE_SECONDS = 1e-3
 
 
@@ -150,7 +151,7 @@ class GcProbe:
         k_total = head + "collection_seconds_total"
         k_garbage = head + "garbage_count"
         get_count, get_stats, garbage = gc.get_count, gc.get_stats, gc.garbage
-        callbacks, clock = gc.callbacks, _perf_counter
+        clock = _perf_counter
 
         (a0, a1, a2, a3), (b0, b1, b2, b3), (c0, c1, c2, c3) = gens[:3]
         # The statistics of CPython's three generations as of the last read: they change
@@ -165,10 +166,8 @@ class GcProbe:
             self._spent_reported = spent
             if len(counts) == 3:  # CPython's three generations: one display
                 now = clock()
-                if (read[0] != self._collections or now - read[1] >= STATS_MAX_AGE_SECONDS
-                        or self._callback not in callbacks or not cache):
-                    read[0] = self._collections
-                    read[1] = now
+                collections = self._collections
+                if collections != read[0] or now - read[1] >= STATS_MAX_AGE_SECONDS:
                     stats = get_stats()
                     if len(stats) != 3:
                         self._spent_reported -= seconds  # the ordinary path reports it
@@ -180,6 +179,8 @@ class GcProbe:
                         b2: s1["collected"], b1: s1["collections"], b3: s1["uncollectable"],
                         c2: s2["collected"], c1: s2["collections"], c3: s2["uncollectable"],
                     })
+                    read[0] = collections
+                    read[1] = now
                 n0, n1, n2 = counts
                 out = {k_seconds: seconds, k_total: spent, k_garbage: len(garbage),
                        a0: n0, b0: n1, c0: n2}
