@@ -9,6 +9,7 @@ from typing import Any
 import pluggy
 
 from ._errors import ConfigError, show
+from ._flatcode import compile_flat_sampler
 from ._options import (
     GUARD_OPTIONS,
     SCHEDULE_OPTIONS,
@@ -23,7 +24,7 @@ from ._sinks import JsonlSink, Sink
 from .keys import PROBER_SECTIONS, make_key, prefix_path, sanitize_key, split_key
 from .metrics import PROBER_METRICS, Metric, default_metric, lookup
 
-#: Probes whose ``_flat_sampler`` the Prober uses: they give their values under their
+#: Probes whose ``_flat_code`` the Prober uses: they give their values under their
 #: final keys, skipping flatten (a third-party probe always goes through flatten).
 _FLAT_SAMPLERS = ("memprobe.probes.process", "memprobe.probes.gc")
 
@@ -113,9 +114,11 @@ def bind_keys(probes: list[ScheduledProbe], prefix: str) -> None:
     for i, sp in enumerate(probes):
         sp.bit = 4 << i
         sp.overhead_key = make_key(prefix, "overhead", f"{sp.name}_seconds")
-        fast = getattr(sp.probe, "_flat_sampler", None)
-        if fast is not None and sp.worker is None and type(sp.probe).__module__ in _FLAT_SAMPLERS:
-            sp.fast = fast(f"{head}{sanitize_key(sp.name)}/")
+        flat_code = getattr(sp.probe, "_flat_code", None)
+        if (flat_code is not None and sp.worker is None
+                and type(sp.probe).__module__ in _FLAT_SAMPLERS):
+            sp.flat_code = flat_code(f"{head}{sanitize_key(sp.name)}/")
+            sp.fast = None if sp.flat_code is None else compile_flat_sampler(sp.flat_code)
 
 
 def describe_key(key: str, prefix: str, probes: list[ScheduledProbe]) -> Metric:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ProbeError
+from ._flatcode import Unusable, indent
 from ._flatten import SiteKeyCap
 from ._history import History, make_sample
 from ._hooks import SampleHooks
@@ -135,15 +136,16 @@ class SamplingMixin:
         probes = self._probes
         self._plain_shape = functools.reduce(int.__or__, (sp.bit for sp in probes), 2)
         self._plain_entries = tuple((sp, sp.fast, sp.overhead_key) for sp in probes)
-        self._plain = self._compile_plain() if (
-            ok and probes and all(sp.plain for sp in probes)) else None
+        self._plain = self._compile_plain() if ok and probes and all(
+            sp.plain and sp.flat_code is not None for sp in probes) else None
 
     def _compile_plain(self) -> PlainSampler:
         """``sample()`` for this Prober while every probe runs in every sample through its
-        flat sampler: the general path's steps for that case as straight-line code, one
-        block per probe and per sink, with what does not change between samples bound
-        as constants (as ``flatten`` compiles a plan). The first probe that fails or
-        cannot use its flat sampler hands the rest of the sample to ``_plain_rest``;
+        flat sampler: the probes' flat code (``memprobe._flatcode``) fused into one
+        function with the general path's steps for that case, so that a sample builds
+        one dict and calls no probe function; what does not change between samples is
+        bound as constants (as ``flatten`` compiles a plan). The first probe that fails
+        or cannot give its values now hands the rest of the sample to ``_plain_rest``;
         a re-entered call, a budget, a failed hook or another path chosen meanwhile go
         to the general path; the leak alarm and sinks that need a :class:`Sample` go
         through ``_finish``."""
@@ -152,6 +154,7 @@ class SamplingMixin:
             "pid_box": _pid_box, "hook_errors": self._hooks.errors,
             "append": self.history.append, "key_sample": self._key_sample_seconds,
             "key_fraction": self._key_fraction, "FRACTION_WINDOW_SECONDS": FRACTION_WINDOW_SECONDS,
+            "Unusable": Unusable,
         }
         n = len(self._plain_entries)
         lines = [
@@ -166,22 +169,26 @@ class SamplingMixin:
             "        try:",
             "            t0 = perf_counter()",
         ]
-        for i, (_, fast, overhead_key) in enumerate(self._plain_entries):
-            ns[f"fast_{i}"], ns[f"key_{i}"] = fast, overhead_key
-            got, so_far = ("values", "None") if i == 0 else ("flat", "values")
+        items: list[str] = []  # the values' dict display, probe by probe
+        for i, (sp, _, overhead_key) in enumerate(self._plain_entries):
+            code = sp.flat_code
+            assert code is not None
+            tag = f"p{i}_"
+            code.bind(tag, ns)
+            body, probe_items = code.resolve(tag, f"t{i}")
+            so_far = f"{{{', '.join(items)}}}" if items else "None"
             rest = f"return self._plain_rest({so_far}, {i}, t{i}, t0, %s, step, force)"
             lines += [
                 "            try:",
-                f"                {got} = fast_{i}()",
+                *indent(body, 16),
+                "            except Unusable:  # not usable now (e.g. forked): the ordinary path",
+                "                " + rest % "None",
                 "            except (Exception, SystemExit) as exc:  # a plugin's sys.exit()",
                 "                " + rest % "exc",
                 f"            t{i + 1} = perf_counter()",
-                f"            if {got} is None:  # not usable now (e.g. forked): the ordinary path",
-                "                " + rest % "None",
             ]
-            if i:
-                lines.append("            values.update(flat)")
-            lines.append(f"            values[key_{i}] = t{i + 1} - t{i}")
+            items += [probe_items, f"{overhead_key!r}: t{i + 1} - t{i}"]
+        lines.append(f"            values = {{{', '.join(items)}}}")
         lines += [
             "            t_first = self._t_first",
             "            if t_first:",

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Union
 
 from ._errors import MetricValueError, ProbeFailedWarning
+from ._flatcode import FlatCode
 from ._flatten import SiteKeyCap, compiled_flattener, flatten
 from ._options import DEFAULT_MAX_KEYS
 from ._worker import IsolationWorker
@@ -33,6 +34,7 @@ class ScheduledProbe:
         "errors_count",
         "every",
         "fast",
+        "flat_code",
         "flattener",
         "interval_seconds",
         "last_call",
@@ -63,6 +65,8 @@ class ScheduledProbe:
         self.flattener: Flattener | None = None
         #: A built-in probe's own flat sampler (final keys, checked values), or None.
         self.fast: Callable[[], dict[str, Any] | None] | None = None
+        #: ... and its source, which the Prober's plain path fuses with the others'.
+        self.flat_code: FlatCode | None = None
         self.bit = 0  # this probe's bit in the Prober's shape of a sample
         self.errors_count = 0
         self.timeouts_count = 0

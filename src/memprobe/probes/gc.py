@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import ConfigError, show
+from .._flatcode import FlatCode, Unusable, compile_flat_sampler
 from ..hookspecs import hookimpl
 from ..metrics import Metric
 
@@ -139,68 +140,55 @@ class GcProbe:
         return out
 
 
-    def _flat_sampler(self, head: str) -> Callable[[], dict[str, Any] | None] | None:
-        """What the Prober calls instead of ``sample()`` + flatten: the same values under
-        their final keys (``head`` is ``<prefix>/<name>/``). ``gc.get_stats()`` is read
-        again only when a collection has ended since the last read (see
-        ``STATS_MAX_AGE_SECONDS``); the generation counts are read in every sample."""
-        if self.collect or self.blocks:
+    def _flat_code(self, head: str) -> FlatCode | None:
+        """The flat sampler as source (``head`` is ``<prefix>/<name>/``), for CPython's
+        three generations. ``gc.get_stats()`` is read again only when a collection has
+        ended since the last read (see ``STATS_MAX_AGE_SECONDS``); the generation counts
+        are read in every sample."""
+        if self.collect or self.blocks or len(gc.get_count()) != 3 or len(gc.get_stats()) != 3:
             return None
-        gens = [tuple(head + k for k in keys) for keys in _KEYS]
-        k_seconds = head + "collection_seconds"
-        k_total = head + "collection_seconds_total"
-        k_garbage = head + "garbage_count"
-        get_count, get_stats, garbage = gc.get_count, gc.get_stats, gc.garbage
-        clock = _perf_counter
-
-        (a0, a1, a2, a3), (b0, b1, b2, b3), (c0, c1, c2, c3) = gens[:3]
+        (a0, a1, a2, a3), (b0, b1, b2, b3), (c0, c1, c2, c3) = (
+            tuple(repr(head + k) for k in keys) for keys in _KEYS[:3])
+        k_seconds, k_total, k_garbage = (repr(head + m) for m in (
+            "collection_seconds", "collection_seconds_total", "garbage_count"))
+        body = f"""
+$counts = $get_count()
+if len($counts) != 3:
+    raise $Unusable
+$spent = $probe._spent
+$collections = $probe._collections
+if $collections != $read[0] or $now - $read[1] >= $max_age:
+    $stats = $get_stats()
+    if len($stats) != 3:
+        raise $Unusable
+    $s0, $s1, $s2 = $stats
+    $cache.clear()
+    $cache.update({{
+        {a2}: $s0["collected"], {a1}: $s0["collections"], {a3}: $s0["uncollectable"],
+        {b2}: $s1["collected"], {b1}: $s1["collections"], {b3}: $s1["uncollectable"],
+        {c2}: $s2["collected"], {c1}: $s2["collections"], {c3}: $s2["uncollectable"],
+    }})
+    $read[0] = $collections
+    $read[1] = $now
+$seconds = $spent - $probe._spent_reported
+$probe._spent_reported = $spent
+$n0, $n1, $n2 = $counts
+"""
+        items = (f"{k_seconds}: $seconds, {k_total}: $spent, {k_garbage}: len($garbage), "
+                 f"{a0}: $n0, {b0}: $n1, {c0}: $n2, **$cache")
         # The statistics of CPython's three generations as of the last read: they change
-        # only in a collection, so they are read again only after one (or when too old).
-        cache: dict[str, Any] = {}
-        read: list[Any] = [-1, float("-inf")]  # self._collections and the clock at that read
+        # only in a collection, so they are read again only after one (or when too old);
+        # read holds self._collections and the clock at that read.
+        return FlatCode(body, items, {
+            "probe": self, "get_count": gc.get_count, "get_stats": gc.get_stats,
+            "garbage": gc.garbage, "Unusable": Unusable, "max_age": STATS_MAX_AGE_SECONDS,
+            "cache": {}, "read": [-1, float("-inf")]})
 
-        def sample() -> dict[str, Any] | None:
-            counts = get_count()
-            spent = self._spent
-            seconds = spent - self._spent_reported
-            self._spent_reported = spent
-            if len(counts) == 3:  # CPython's three generations: one display
-                now = clock()
-                collections = self._collections
-                if collections != read[0] or now - read[1] >= STATS_MAX_AGE_SECONDS:
-                    stats = get_stats()
-                    if len(stats) != 3:
-                        self._spent_reported -= seconds  # the ordinary path reports it
-                        return None
-                    s0, s1, s2 = stats
-                    cache.clear()
-                    cache.update({
-                        a2: s0["collected"], a1: s0["collections"], a3: s0["uncollectable"],
-                        b2: s1["collected"], b1: s1["collections"], b3: s1["uncollectable"],
-                        c2: s2["collected"], c1: s2["collections"], c3: s2["uncollectable"],
-                    })
-                    read[0] = collections
-                    read[1] = now
-                n0, n1, n2 = counts
-                out = {k_seconds: seconds, k_total: spent, k_garbage: len(garbage),
-                       a0: n0, b0: n1, c0: n2}
-                out.update(cache)
-                return out
-            stats = get_stats()
-            if len(stats) > len(gens) or len(counts) != len(stats):
-                self._spent_reported -= seconds  # the ordinary path reports it
-                return None
-            out = {k_seconds: seconds, k_total: spent, k_garbage: len(garbage)}
-            for (k_count, k_collections, k_collected, k_uncollectable), st, c in zip(
-                gens, stats, counts
-            ):
-                out[k_collected] = st["collected"]
-                out[k_collections] = st["collections"]
-                out[k_count] = c
-                out[k_uncollectable] = st["uncollectable"]
-            return out
-
-        return sample
+    def _flat_sampler(self, head: str) -> Callable[[], dict[str, Any] | None] | None:
+        """``_flat_code`` compiled alone: what the Prober's general path calls instead of
+        ``sample()`` + flatten (None when the fragment cannot run now)."""
+        code = self._flat_code(head)
+        return None if code is None else compile_flat_sampler(code)
 
 
 def _make_callback(

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import _pid
 from .._errors import ConfigError, show
+from .._flatcode import FlatCode, Unusable, compile_flat_sampler
 from .._pid import current_pid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
@@ -190,38 +191,39 @@ class ProcessProbe:
                 out["swap_bytes"] = info.swap
         return out
 
-    def _flat_sampler(self, head: str) -> Callable[[], dict[str, int] | None] | None:
-        """What the Prober calls instead of ``sample()`` + flatten: the same values under
-        their final keys (``head`` is ``<prefix>/<name>/``), in the same (sorted) order.
-        It returns None, for the ordinary path, when the kept fds are not usable."""
+    def _flat_code(self, head: str) -> FlatCode | None:
+        """The flat sampler as source (``head`` is ``<prefix>/<name>/``): the same values
+        as ``sample()`` under their final keys, in the same (sorted) order. It raises
+        ``Unusable`` when the kept fds are not open in this process."""
         if self.full:
             return None
-        k_data, k_fds, k_threads, k_rss, k_shared, k_vms = (
-            head + m for m in ("data_bytes", "num_fds", "num_threads", "rss_bytes",
-                               "shared_bytes", "vms_bytes")
-        )
-        pread, fstat, page, fds, pid_box = os.pread, os.fstat, _PAGE, self.fds, _pid._current
-        clock, max_age = _perf_counter, self.count_max_age_seconds
+        k = {m: repr(head + m) for m in ("data_bytes", "num_fds", "num_threads", "rss_bytes",
+                                          "shared_bytes", "vms_bytes")}
+        fds = self.fds
+        body = """
+if $probe._flat_in != $pid_box[0]:  # not opened in this process, or no kept fds
+    raise $Unusable
+$f = $pread($probe._statm, 256, 0).split()
+if $now - $probe._counted_at >= $max_age:
+    $probe._threads = $fstat($probe._task_fd).st_nlink - 2
+""" + ("    $probe._nfds = $fstat($probe._fd_dirfd).st_size\n" if fds else "") + """\
+    $probe._counted_at = $now
+"""
+        # statm: size resident shared text lib data dt, in pages
+        items = (f"{k['data_bytes']}: int($f[5]) * $page, "
+                 + (f"{k['num_fds']}: $probe._nfds, " if fds else "")
+                 + f"{k['num_threads']}: $probe._threads, {k['rss_bytes']}: int($f[1]) * $page, "
+                 f"{k['shared_bytes']}: int($f[2]) * $page, {k['vms_bytes']}: int($f[0]) * $page")
+        return FlatCode(body, items, {
+            "probe": self, "pid_box": _pid._current, "Unusable": Unusable, "pread": os.pread,
+            "fstat": os.fstat, "page": _PAGE, "max_age": self.count_max_age_seconds})
 
-        def sample() -> dict[str, int] | None:
-            if self._flat_in != pid_box[0]:  # not opened in this process, or no kept fds
-                return None
-            f = pread(self._statm, 256, 0).split()
-            now = clock()
-            if now - self._counted_at >= max_age:
-                self._threads = fstat(self._task_fd).st_nlink - 2
-                if fds:
-                    self._nfds = fstat(self._fd_dirfd).st_size
-                self._counted_at = now
-            if not fds:
-                return {k_data: int(f[5]) * page, k_threads: self._threads,
-                        k_rss: int(f[1]) * page, k_shared: int(f[2]) * page,
-                        k_vms: int(f[0]) * page}
-            return {k_data: int(f[5]) * page, k_fds: self._nfds,
-                    k_threads: self._threads, k_rss: int(f[1]) * page,
-                    k_shared: int(f[2]) * page, k_vms: int(f[0]) * page}
-
-        return sample
+    def _flat_sampler(self, head: str) -> Callable[[], dict[str, int] | None] | None:
+        """``_flat_code`` compiled alone: what the Prober's general path calls instead of
+        ``sample()`` + flatten. It returns None, for the ordinary path, when the kept fds
+        are not usable."""
+        code = self._flat_code(head)
+        return None if code is None else compile_flat_sampler(code)
 
     def _sample_proc(self) -> dict[str, int]:
         f = os.pread(self._statm, 256, 0).split()
