@@ -124,3 +124,21 @@ def test_a_sample_taken_while_another_thread_left_the_plain_path_takes_the_gener
         values = compiled(prober, None, False)
         assert "memprobe/process/rss_bytes" in values
         assert len(prober.history) == 1
+
+
+@pytest.mark.parametrize("process", [{"fds": False}, {"count_max_age_seconds": 0},
+                                     {"count_max_age_seconds": 10.0}])
+@pytest.mark.parametrize("first", ["process", "gc"])
+def test_the_fused_code_gives_what_the_probes_flat_samplers_give(process, first) -> None:
+    spec = {"process": process, "gc": {}}
+    order = [first, *(name for name in spec if name != first)]
+    plain = memprobe.Prober({name: spec[name] for name in order}, load_entrypoints=False)
+    general = memprobe.Prober({name: spec[name] for name in order}, load_entrypoints=False,
+                              budget=1.0)
+    with plain, general:
+        assert plain._plain is not None
+        a, b = plain.sample(), general.sample()
+        assert list(a) == list(b)
+        assert [type(v) for v in a.values()] == [type(v) for v in b.values()]
+        assert ("memprobe/process/num_fds" in a) == process.get("fds", True)
+        assert a["memprobe/process/num_threads"] == b["memprobe/process/num_threads"] >= 1
