@@ -33,6 +33,8 @@ def main() -> None:
     args = parser.parse_args()
 
     with memprobe.Prober(["process", "gc"], load_entrypoints=False) as prober:
+        prober.sample()
+        time.sleep(1.05)  # overhead/fraction is in every sample from 1 s on
         values = prober.sample()
     keys = tuple(values)
     six, fifteen = dict(list(values.items())[:6]), dict(list(values.items())[6:21])

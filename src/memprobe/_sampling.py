@@ -152,9 +152,8 @@ class SamplingMixin:
         ns: dict[str, Any] = {
             "perf_counter": _perf_counter, "get_ident": _get_ident, "time_now": _time,
             "pid_box": _pid_box, "hook_errors": self._hooks.errors,
-            "append": self.history.append, "key_sample": self._key_sample_seconds,
-            "key_fraction": self._key_fraction, "FRACTION_WINDOW_SECONDS": FRACTION_WINDOW_SECONDS,
-            "Unusable": Unusable,
+            "append": self.history.append, "key_fraction": self._key_fraction,
+            "FRACTION_WINDOW_SECONDS": FRACTION_WINDOW_SECONDS, "Unusable": Unusable,
         }
         n = len(self._plain_entries)
         lines = [
@@ -188,8 +187,9 @@ class SamplingMixin:
                 f"            t{i + 1} = perf_counter()",
             ]
             items += [probe_items, f"{overhead_key!r}: t{i + 1} - t{i}"]
-        lines.append(f"            values = {{{', '.join(items)}}}")
+        items.append(f"{self._key_sample_seconds!r}: t{n} - t0")  # _finish reads it again
         lines += [
+            f"            values = {{{', '.join(items)}}}",
             "            t_first = self._t_first",
             "            if t_first:",
             f"                self._window_probe_seconds += t{n} - t0",
@@ -200,7 +200,6 @@ class SamplingMixin:
             lines += [
                 "            if self.alarm is not None or self._check_retained_due:",
                 f"                return self._finish(values, t0, {self._plain_shape}, step)",
-                f"            values[key_sample] = t{n} - t0",
                 f"            shape = {self._plain_shape}",
                 "            if t_first:",
                 f"                window = t{n} - t_first",
