@@ -251,12 +251,9 @@ class SamplingMixin:
                     values.update(flat)
                 values[overhead_key] = t2 - t1
             t1 = t2
-        if self._t_first:
-            self._window_probe_seconds += t1 - t0
+        values = self._probes_done(values, t0, t1, force)
         if values is None:
-            if not force:
-                return {}
-            values = {}
+            return {}
         if self._any_errors:  # a probe failed just now
             self._add_errors(values)
         return self._finish(values, t0, -1, step)
@@ -316,12 +313,9 @@ class SamplingMixin:
                 else:
                     values.update(flat)
                 values[sp.overhead_key] = cost
-        if self._t_first:
-            self._window_probe_seconds += t1 - t0
+        values = self._probes_done(values, t0, t1, force)
         if values is None:
-            if not force:
-                return {}
-            values = {}
+            return {}
         hooks = self._hooks
         if self._any_errors or hooks.errors:
             self._add_errors(values)
@@ -330,6 +324,17 @@ class SamplingMixin:
             hooks.run_derive(values, self)
             shape = -1
         return self._finish(values, t0, shape, step)
+
+    def _probes_done(self, values: dict[str, Number] | None, t0: float, t1: float,
+                     force: bool) -> dict[str, Number] | None:
+        """After the probes, from ``t0`` to ``t1``: their time joins the overhead
+        fraction's window. The values; ``{}`` when no probe gave any and ``force`` asks
+        for a sample anyway; None when there is no sample to finish."""
+        if self._t_first:
+            self._window_probe_seconds += t1 - t0
+        if values is None and force:
+            return {}
+        return values
 
     def _finish(self, values: dict[str, Number], t0: float, shape: int,
                 step: int | None) -> dict[str, Number]:

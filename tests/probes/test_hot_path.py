@@ -152,19 +152,22 @@ def test_the_plain_path_gives_what_the_general_path_gives() -> None:
         general.stop()
 
 
-def test_a_failing_flat_sampler_leaves_the_plain_path(tmp_path) -> None:
+@pytest.mark.parametrize("order", [["process", "gc"], ["gc", "process"]])
+def test_a_failing_flat_sampler_leaves_the_plain_path(tmp_path, order) -> None:
     with pytest.warns(memprobe.ProbeFailedWarning), \
-            memprobe.Prober(["process", "gc"], load_entrypoints=False) as prober:
+            memprobe.Prober(order, load_entrypoints=False) as prober:
         prober.sample()
         assert prober._plain is not None
         probe = prober.probe("process")
         os.close(probe._statm)  # the kept fd is gone: pread fails
         probe._statm = os.open(tmp_path, os.O_RDONLY)  # a directory: pread raises
-        values = prober.sample()
-        assert prober._plain is None
+        values = prober.sample(step=3)
+        assert prober._plain is None  # the general path from now on
         assert values["memprobe/errors/process"] == 1
-        assert "memprobe/gc/garbage_count" in values
+        assert "memprobe/gc/garbage_count" in values  # the other probe's values are kept
+        assert "memprobe/overhead/gc_seconds" in values
         assert "memprobe/process/rss_bytes" not in values
+        assert prober.history[-1].values == values and prober.history[-1].step == 3
 
 
 def test_a_budget_set_later_takes_the_general_path() -> None:
