@@ -152,7 +152,7 @@ class SamplingMixin:
         ns: dict[str, Any] = {
             "perf_counter": _perf_counter, "get_ident": _get_ident, "time_now": _time,
             "pid_box": _pid_box, "hook_errors": self._hooks.errors,
-            "append": self.history.append, "key_fraction": self._key_fraction,
+            "key_fraction": self._key_fraction,
             "FRACTION_WINDOW_SECONDS": FRACTION_WINDOW_SECONDS, "Unusable": Unusable,
         }
         n = len(self._plain_entries)
@@ -210,7 +210,7 @@ class SamplingMixin:
                 f"                self._t_first = t{n}",
                 "            now = time_now()",
                 "            pid = pid_box[0]",
-                "            append(now, step, pid, values, shape)",
+                "            self.history.append(now, step, pid, values, shape)",
             ]
             for j, (name, _, write) in enumerate(self._sink_writers):
                 ns[f"write_{j}"], ns[f"sink_{j}"] = write, name
