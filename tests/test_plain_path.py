@@ -32,6 +32,7 @@ def test_the_compiled_path_gives_the_general_paths_keys_types_and_history(order)
             assert list(a) == list(b)
             assert [type(v) for v in a.values()] == [type(v) for v in b.values()]
         assert plain._plain is not None
+        assert plain._calls == general._calls == 5  # what the RLlib soak test counts
         assert [s.step for s in plain.history] == list(range(5))
         assert plain.history[-1].values == a
         assert plain.history[-1].pid == os.getpid()

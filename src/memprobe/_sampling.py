@@ -167,6 +167,7 @@ class SamplingMixin:
             "        self._sampling = me",
             "        try:",
             "            t0 = perf_counter()",
+            "            self._calls += 1",
         ]
         items: list[str] = []  # the values' dict display, probe by probe
         for i, (sp, _, overhead_key) in enumerate(self._plain_entries):
