@@ -5,13 +5,18 @@ tests/probes/test_hot_path.py)."""
 
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memprobe
+import memprobe.keys
+from memprobe._flatcode import literal
 
 ORDERS = [["process", "gc"], ["gc", "process"]]
 
@@ -127,3 +132,23 @@ def test_the_fused_code_gives_what_the_probes_flat_samplers_give(process, first)
         assert [type(v) for v in a.values()] == [type(v) for v in b.values()]
         assert ("memprobe/process/num_fds" in a) == process.get("fds", True)
         assert a["memprobe/process/num_threads"] == b["memprobe/process/num_threads"] >= 1
+
+
+@given(st.text())
+def test_a_key_literal_reads_back_as_the_key_and_holds_no_name_marker(key: str) -> None:
+    text = literal(key)
+    assert "$" not in text
+    assert ast.literal_eval(text) == key
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(max_size=12))
+def test_any_prefix_gives_the_same_keys_on_both_paths(prefix: str) -> None:
+    plain = memprobe.Prober(["process", "gc"], load_entrypoints=False, prefix=prefix)
+    general = memprobe.Prober(["process", "gc"], load_entrypoints=False, prefix=prefix,
+                              budget=1.0)
+    with plain, general:
+        assert plain._plain is not None
+        a, b = plain.sample(), general.sample()
+    assert list(a) == list(b)
+    assert all(k.startswith(memprobe.keys.prefix_path(prefix)) for k in a)

@@ -53,6 +53,12 @@ class FlatCode:
             namespace[tag + name] = value
 
 
+def literal(key: str) -> str:
+    """``key`` as a str literal for a fragment: ``repr``, with any ``$`` escaped so
+    that :meth:`FlatCode.resolve` cannot read it as a name."""
+    return repr(key).replace("$", "\\x24")
+
+
 def indent(lines: list[str], by: int) -> list[str]:
     pad = " " * by
     return [pad + line if line else line for line in lines]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ProbeError
-from ._flatcode import Unusable, indent
+from ._flatcode import Unusable, indent, literal
 from ._flatten import SiteKeyCap
 from ._history import History, make_sample
 from ._hooks import SampleHooks
@@ -177,18 +177,18 @@ class SamplingMixin:
             code.bind(tag, ns)
             body, probe_items = code.resolve(tag, f"t{i}")
             so_far = f"{{{', '.join(items)}}}" if items else "None"
-            rest = f"return self._plain_rest({so_far}, {i}, t{i}, t0, %s, step, force)"
+            args = f"{so_far}, {i}, t{i}, t0"
             lines += [
                 "            try:",
                 *indent(body, 16),
                 "            except Unusable:  # not usable now (e.g. forked): the ordinary path",
-                "                " + rest % "None",
+                f"                return self._plain_rest({args}, None, step, force)",
                 "            except (Exception, SystemExit) as exc:  # a plugin's sys.exit()",
-                "                " + rest % "exc",
+                f"                return self._plain_rest({args}, exc, step, force)",
                 f"            t{i + 1} = perf_counter()",
             ]
-            items += [probe_items, f"{overhead_key!r}: t{i + 1} - t{i}"]
-        items.append(f"{self._key_sample_seconds!r}: t{n} - t0")  # _finish reads it again
+            items += [probe_items, f"{literal(overhead_key)}: t{i + 1} - t{i}"]
+        items.append(f"{literal(self._key_sample_seconds)}: t{n} - t0")  # _finish reads it again
         lines += [
             f"            values = {{{', '.join(items)}}}",
             "            t_first = self._t_first",

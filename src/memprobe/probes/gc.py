@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import ConfigError, show
-from .._flatcode import FlatCode, Unusable, compile_flat_sampler
+from .._flatcode import FlatCode, Unusable, compile_flat_sampler, literal
 from ..hookspecs import hookimpl
 from ..metrics import Metric
 
@@ -148,8 +148,8 @@ class GcProbe:
         if self.collect or self.blocks or len(gc.get_count()) != 3 or len(gc.get_stats()) != 3:
             return None
         (a0, a1, a2, a3), (b0, b1, b2, b3), (c0, c1, c2, c3) = (
-            tuple(repr(head + k) for k in keys) for keys in _KEYS[:3])
-        k_seconds, k_total, k_garbage = (repr(head + m) for m in (
+            tuple(literal(head + k) for k in keys) for keys in _KEYS[:3])
+        k_seconds, k_total, k_garbage = (literal(head + m) for m in (
             "collection_seconds", "collection_seconds_total", "garbage_count"))
         body = f"""
 $counts = $get_count()

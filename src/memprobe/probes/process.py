@@ -10,7 +10,7 @@ from typing import Any
 
 from .. import _pid
 from .._errors import ConfigError, show
-from .._flatcode import FlatCode, Unusable, compile_flat_sampler
+from .._flatcode import FlatCode, Unusable, compile_flat_sampler, literal
 from .._pid import current_pid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
@@ -197,7 +197,7 @@ class ProcessProbe:
         ``Unusable`` when the kept fds are not open in this process."""
         if self.full:
             return None
-        k = {m: repr(head + m) for m in ("data_bytes", "num_fds", "num_threads", "rss_bytes",
+        k = {m: literal(head + m) for m in ("data_bytes", "num_fds", "num_threads", "rss_bytes",
                                           "shared_bytes", "vms_bytes")}
         fds = self.fds
         body = """
