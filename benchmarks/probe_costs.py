@@ -36,6 +36,7 @@ import timeit
 
 import memprobe
 from memprobe import JsonlSink, Sample, flatten
+from memprobe._flatcode import compile_flat_sampler
 from memprobe.probes.gc import GcProbe
 from memprobe.probes.process import ProcessProbe
 
@@ -68,8 +69,8 @@ def main() -> None:
     counting = memprobe.Prober({"process": {"count_max_age_seconds": 0}, "gc": {}},
                                load_entrypoints=False).start()
     values = prober.sample()
-    flat_proc = proc._flat_sampler("memprobe/process/")
-    flat_gc = gcp._flat_sampler("memprobe/gc/")
+    flat_proc = compile_flat_sampler(proc._flat_code("memprobe/process/"))
+    flat_gc = compile_flat_sampler(gcp._flat_code("memprobe/gc/"))
     shape = prober._plain_shape | 1  # the shape of the Prober's samples, fraction included
     one = Sample(0.0, None, os.getpid(), values)
     sink = JsonlSink(os.path.join(tmp, "sink.jsonl"))

@@ -118,7 +118,7 @@ def bind_keys(probes: list[ScheduledProbe], prefix: str) -> None:
         if (flat_code is not None and sp.worker is None
                 and type(sp.probe).__module__ in _FLAT_SAMPLERS):
             sp.flat_code = flat_code(f"{head}{sanitize_key(sp.name)}/")
-            sp.fast = None if sp.flat_code is None else compile_flat_sampler(sp.flat_code)
+            sp.fast = compile_flat_sampler(sp.flat_code)
 
 
 def describe_key(key: str, prefix: str, probes: list[ScheduledProbe]) -> Metric:

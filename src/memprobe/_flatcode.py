@@ -10,6 +10,7 @@ own, so fragments fused into one function do not see each other's names.
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,13 +40,13 @@ class FlatCode:
     items: str
     names: Mapping[str, Any] = field(default_factory=dict)
 
-    def resolve(self, tag: str, now: str) -> tuple[list[str], str]:
-        """The body's lines and the items with ``$now`` read as ``now`` and every other
-        ``$name`` as ``<tag>name``."""
+    def resolve(self, tag: str, now: str, indent: int) -> tuple[str, str]:
+        """The body, indented by ``indent`` spaces, and the items, with ``$now`` read as
+        ``now`` and every other ``$name`` as ``<tag>name``."""
         def sub(text: str) -> str:
             return text.replace("$now", now).replace("$", tag)
 
-        return [sub(line) for line in self.body.strip("\n").splitlines()], sub(self.items)
+        return textwrap.indent(sub(self.body.strip("\n")), " " * indent), sub(self.items)
 
     def bind(self, tag: str, namespace: dict[str, Any]) -> None:
         """Put the fragment's bound names into ``namespace`` under ``tag``."""
@@ -59,18 +60,16 @@ def literal(key: str) -> str:
     return repr(key).replace("$", "\\x24")
 
 
-def indent(lines: list[str], by: int) -> list[str]:
-    pad = " " * by
-    return [pad + line if line else line for line in lines]
-
-
-def compile_flat_sampler(code: FlatCode) -> Callable[[], dict[str, Any] | None]:
-    """The probe's flat sampler alone: its values as a new dict, or None when the
-    fragment raises :class:`Unusable`."""
+def compile_flat_sampler(code: FlatCode | None) -> Callable[[], dict[str, Any] | None] | None:
+    """A probe's flat sampler alone (None for no code: the probe has none for its
+    options): its values as a new dict, or None when the fragment raises
+    :class:`Unusable`."""
+    if code is None:
+        return None
     ns: dict[str, Any] = {"perf_counter": time.perf_counter, "Unusable": Unusable}
     code.bind("p_", ns)
-    body, items = code.resolve("p_", "now")
-    lines = ["def sample():", "    now = perf_counter()", "    try:", *indent(body, 8),
+    body, items = code.resolve("p_", "now", 8)
+    lines = ["def sample():", "    now = perf_counter()", "    try:", body,
              "    except Unusable:", "        return None", f"    return {{{items}}}", ""]
     exec(compile("\n".join(lines), "<memprobe flat sampler>", "exec"), ns)
     return ns["sample"]  # type: ignore[no-any-return]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ProbeError
-from ._flatcode import Unusable, indent, literal
+from ._flatcode import Unusable, literal
 from ._flatten import SiteKeyCap
 from ._history import History, make_sample
 from ._hooks import SampleHooks
@@ -175,12 +175,12 @@ class SamplingMixin:
             assert code is not None
             tag = f"p{i}_"
             code.bind(tag, ns)
-            body, probe_items = code.resolve(tag, f"t{i}")
+            body, probe_items = code.resolve(tag, f"t{i}", 16)
             so_far = f"{{{', '.join(items)}}}" if items else "None"
             args = f"{so_far}, {i}, t{i}, t0"
             lines += [
                 "            try:",
-                *indent(body, 16),
+                body,
                 "            except Unusable:  # not usable now (e.g. forked): the ordinary path",
                 f"                return self._plain_rest({args}, None, step, force)",
                 "            except (Exception, SystemExit) as exc:  # a plugin's sys.exit()",

@@ -12,6 +12,7 @@ import time
 import pytest
 
 import memprobe
+from memprobe._flatcode import compile_flat_sampler
 from memprobe.probes.gc import GcProbe
 from memprobe.probes.process import DEFAULT_COUNT_MAX_AGE_SECONDS, ProcessProbe
 
@@ -30,7 +31,7 @@ def test_counts_every_sample_with_max_age_zero(tmp_path, flat: bool) -> None:
     probe = ProcessProbe(count_max_age_seconds=0)
     probe.start()
     try:
-        sample = probe._flat_sampler("memprobe/process/") if flat else None
+        sample = compile_flat_sampler(probe._flat_code("memprobe/process/")) if flat else None
 
         def fds() -> int:
             out = sample() if sample is not None else probe.sample()
@@ -110,7 +111,7 @@ def test_gc_flat_sampler_matches_gc_get_stats() -> None:
     probe = GcProbe()
     probe.start()
     try:
-        sample = probe._flat_sampler("g/")
+        sample = compile_flat_sampler(probe._flat_code("g/"))
         assert sample is not None
         for _ in range(3):
             garbage = [[] for _ in range(1000)]

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import ConfigError, show
-from .._flatcode import FlatCode, Unusable, compile_flat_sampler, literal
+from .._flatcode import FlatCode, Unusable, literal
 from ..hookspecs import hookimpl
 from ..metrics import Metric
 
@@ -183,12 +183,6 @@ $n0, $n1, $n2 = $counts
             "probe": self, "get_count": gc.get_count, "get_stats": gc.get_stats,
             "garbage": gc.garbage, "Unusable": Unusable, "max_age": STATS_MAX_AGE_SECONDS,
             "cache": {}, "read": [-1, float("-inf")]})
-
-    def _flat_sampler(self, head: str) -> Callable[[], dict[str, Any] | None] | None:
-        """``_flat_code`` compiled alone: what the Prober's general path calls instead of
-        ``sample()`` + flatten (None when the fragment cannot run now)."""
-        code = self._flat_code(head)
-        return None if code is None else compile_flat_sampler(code)
 
 
 def _make_callback(

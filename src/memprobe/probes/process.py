@@ -5,12 +5,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 from .. import _pid
 from .._errors import ConfigError, show
-from .._flatcode import FlatCode, Unusable, compile_flat_sampler, literal
+from .._flatcode import FlatCode, Unusable, literal
 from .._pid import current_pid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
@@ -217,13 +216,6 @@ if $now - $probe._counted_at >= $max_age:
         return FlatCode(body, items, {
             "probe": self, "pid_box": _pid._current, "Unusable": Unusable, "pread": os.pread,
             "fstat": os.fstat, "page": _PAGE, "max_age": self.count_max_age_seconds})
-
-    def _flat_sampler(self, head: str) -> Callable[[], dict[str, int] | None] | None:
-        """``_flat_code`` compiled alone: what the Prober's general path calls instead of
-        ``sample()`` + flatten. It returns None, for the ordinary path, when the kept fds
-        are not usable."""
-        code = self._flat_code(head)
-        return None if code is None else compile_flat_sampler(code)
 
     def _sample_proc(self) -> dict[str, int]:
         f = os.pread(self._statm, 256, 0).split()
