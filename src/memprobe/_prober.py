@@ -197,7 +197,6 @@ class Prober(SamplingMixin, PhaseMixin):
         self._init_phases()
         # sample() for a Prober whose probes all run in every sample, or None: _plain_probes.
         self._plain: PlainSampler | None = None
-        self._plain_entries: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...] = ()
         self._plain_shape = -1
         _LIVE_PROBERS.add(self)
 

@@ -69,7 +69,6 @@ class SamplingMixin:
     _key_fraction: str
     _key_check_retained: str
     _plain: PlainSampler | None
-    _plain_entries: tuple[tuple[ScheduledProbe, Callable[[], Any], str], ...]
     _plain_shape: int
 
     if TYPE_CHECKING:  # the Prober's and PhaseMixin's
@@ -135,7 +134,6 @@ class SamplingMixin:
         ok = self._started and not (self._any_errors or self._hooks.derive)
         probes = self._probes
         self._plain_shape = functools.reduce(int.__or__, (sp.bit for sp in probes), 2)
-        self._plain_entries = tuple((sp, sp.fast, sp.overhead_key) for sp in probes)
         self._plain = self._compile_plain() if ok and probes and all(
             sp.plain and sp.flat_code is not None for sp in probes) else None
 
@@ -155,7 +153,7 @@ class SamplingMixin:
             "key_fraction": self._key_fraction,
             "FRACTION_WINDOW_SECONDS": FRACTION_WINDOW_SECONDS, "Unusable": Unusable,
         }
-        n = len(self._plain_entries)
+        n = len(self._probes)
         lines = [
             "def sample_plain(self, step, force):",
             "    me = get_ident()",
@@ -170,7 +168,7 @@ class SamplingMixin:
             "            self._calls += 1",
         ]
         items: list[str] = []  # the values' dict display, probe by probe
-        for i, (sp, _, overhead_key) in enumerate(self._plain_entries):
+        for i, sp in enumerate(self._probes):
             code = sp.flat_code
             assert code is not None
             tag = f"p{i}_"
@@ -187,8 +185,8 @@ class SamplingMixin:
                 f"                return self._plain_rest({args}, exc, step, force)",
                 f"            t{i + 1} = perf_counter()",
             ]
-            items += [probe_items, f"{literal(overhead_key)}: t{i + 1} - t{i}"]
-        items.append(f"{literal(self._key_sample_seconds)}: t{n} - t0")  # _finish reads it again
+            items += [probe_items, f"{literal(sp.overhead_key)}: t{i + 1} - t{i}"]
+        items.append(f"{literal(self._key_sample_seconds)}: t{n} - t0")  # _finish sets it again
         lines += [
             f"            values = {{{', '.join(items)}}}",
             "            t_first = self._t_first",
@@ -232,13 +230,14 @@ class SamplingMixin:
         """The plain sample from its probe ``i`` on, after that probe raised ``exc`` or
         (``exc`` None) its flat sampler returned None: the general path's handling for
         that probe and the rest, then ``_finish``."""
-        for j, (sp, fast, overhead_key) in enumerate(self._plain_entries[i:], i):
+        for j, sp in enumerate(self._probes[i:], i):
             flat: dict[str, Number] | None = None
             if j == i and exc is not None:
                 self._fail(sp, exc, "sample")
             else:
                 try:
-                    flat = fast() if j > i else None
+                    fast = sp.fast if j > i else None
+                    flat = fast() if fast is not None else None
                     if flat is None:
                         flat = sp.sample_values(self.prefix, self.site_key_cap)
                 except (Exception, SystemExit) as e:  # a plugin's sys.exit()
@@ -250,7 +249,7 @@ class SamplingMixin:
                     values = flat
                 else:
                     values.update(flat)
-                values[overhead_key] = t2 - t1
+                values[sp.overhead_key] = t2 - t1
             t1 = t2
         values = self._probes_done(values, t0, t1, force)
         if values is None:
