@@ -26,8 +26,11 @@ def test_a_signal_handler_that_samples_every_millisecond() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no probe may fail or be disabled
             with prober:
-                for step in range(10_000):
-                    values = prober.sample(step=step)
+                try:
+                    for step in range(10_000):
+                        values = prober.sample(step=step)
+                finally:  # before stop(): a sample() from the handler would start it again
+                    signal.setitimer(signal.ITIMER_REAL, 0, 0)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
         signal.signal(signal.SIGALRM, old)
