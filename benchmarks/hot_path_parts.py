@@ -21,7 +21,8 @@ import struct
 import sys
 import threading
 import time
-import timeit
+
+from interleaved import time_rows
 
 import memprobe
 
@@ -71,12 +72,8 @@ def main() -> None:
             buf, 0, *values.values())),
         ("a call of a function that does nothing", lambda: None),
     ]
-    times: list[list[float]] = [[] for _ in rows]
     try:
-        for _ in range(args.rounds):
-            for i, (_, fn) in enumerate(rows):
-                t = timeit.timeit(fn, number=args.batch, timer=time.thread_time)
-                times[i].append(t / args.batch * 1e6)
+        times = time_rows(rows, args.rounds, args.batch, time.thread_time)
     finally:
         os.close(statm)
         os.close(task)

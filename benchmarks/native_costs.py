@@ -24,11 +24,12 @@ import os
 import statistics
 import sys
 import time
-import timeit
 import tracemalloc
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from interleaved import time_rows
 
 from memprobe.probes.malloc import MallocProbe, malloc_stats, trim_reclaimed_bytes
 from memprobe.probes.process import ProcessProbe
@@ -40,11 +41,8 @@ WINDOW = {"window_steps": 2, "period_steps": 20}
 def _rows_interleaved(rows: dict[str, Callable[[], object]], rounds: int,
                       batch: int) -> dict[str, tuple[float, float]]:
     """``{row: (median µs, best µs)}``, every row timed once per round."""
-    times: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(rounds):
-        for name, fn in rows.items():
-            times[name].append(timeit.timeit(fn, number=batch) / batch * 1e6)
-    return {name: (statistics.median(t), min(t)) for name, t in times.items()}
+    times = time_rows(list(rows.items()), rounds, batch)
+    return {name: (statistics.median(t), min(t)) for name, t in zip(rows, times)}
 
 
 def probe_costs(rounds: int) -> None:

@@ -32,7 +32,8 @@ import statistics
 import sys
 import tempfile
 import time
-import timeit
+
+from interleaved import time_rows
 
 import memprobe
 from memprobe import JsonlSink, Sample, flatten
@@ -100,12 +101,8 @@ def main() -> None:
         ("Prober.sample(), fds/threads counted every sample", counting.sample),
         ("Prober.sample() + JSONL sink", sinked.sample),
     ]
-    times: list[list[float]] = [[] for _ in rows]
     try:
-        for _ in range(args.rounds):
-            for i, (_, fn) in enumerate(rows):
-                t = timeit.timeit(fn, number=args.batch, timer=timer)
-                times[i].append(t / args.batch * 1e6)
+        times = time_rows(rows, args.rounds, args.batch, timer)
     finally:
         sinked.stop()
         counting.stop()
