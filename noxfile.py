@@ -22,19 +22,21 @@ def tests(session: nox.Session) -> None:
     """The test suite, with real Ray/RLlib, Ray's metrics agent, memray and the example
     plugin installed.
 
-    Three pytest invocations, each a process of its own: the core (whose leak tests
-    judge the memory of their own process, so torch and Ray are not loaded there),
-    tests/rllib (one local Ray for all), and tests/ray (its own multi-node Ray cluster
-    and a real Prometheus).
+    Three pytest invocations, each a process of its own: the core, on both cores with
+    pytest-xdist (its leak tests judge the memory of their own worker process; some
+    build RLlib pieces, but no Ray instance is started there), tests/rllib (one local
+    Ray for all), and tests/ray (its own multi-node Ray cluster and a real
+    Prometheus). ``--durations=15`` shows where each run's time goes.
     """
     _install(session, "test,rllib,plot,native,ray")
     session.install(*CONSTRAINTS, EXAMPLE_PLUGIN)
     if session.posargs:
         session.run("pytest", *session.posargs)
         return
-    session.run("pytest", "-q", "--ignore=tests/rllib", "--ignore=tests/ray")
-    session.run("pytest", "-q", "tests/rllib")
-    session.run("pytest", "-q", "tests/ray")
+    session.run("pytest", "-q", "-n", "2", "--durations=15",
+                "--ignore=tests/rllib", "--ignore=tests/ray")
+    session.run("pytest", "-q", "--durations=15", "tests/rllib")
+    session.run("pytest", "-q", "--durations=15", "tests/ray")
 
 
 @nox.session(python="3.11")
