@@ -7,7 +7,6 @@ import functools
 import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,8 +16,9 @@ from ._alarm import LeakAlarm, OnLeak
 from ._alarm_checks import AlarmChecks, judge_history, make_alarm
 from ._budget import BudgetSplit
 from ._components import bind_keys, build_probes, build_sinks, describe_key, discard
-from ._errors import ConfigError, ProbeError, show
+from ._errors import ConfigError, show
 from ._flatten import SiteKeyCap
+from ._fork import renew_in_child
 from ._history import MAX_HISTORY, History
 from ._hooks import SampleHooks
 from ._options import (
@@ -51,21 +51,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 _perf_counter = time.perf_counter
 _time = time.time
 _get_ident = threading.get_ident
-
-# Every Prober alive in this process, so that a forked child can renew them.
-_LIVE_PROBERS: weakref.WeakSet[Prober] = weakref.WeakSet()
-
-
-def _renew_after_fork() -> None:
-    """In a forked child: a fresh lock (a parent's thread may have held it), and a
-    history, alarm and overhead fraction of the child's own samples only (the
-    parent's samples judged with the child's would read two processes as one)."""
-    for prober in list(_LIVE_PROBERS):
-        prober._renew_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_renew_after_fork)
 
 
 class Prober:
@@ -188,9 +173,12 @@ class Prober:
         self._phases = Phases()
         self._alarm_checks = None if alarm is None else AlarmChecks(
             alarm, prefix, self.history, self._hooks.failed)
-        _LIVE_PROBERS.add(self)
+        renew_in_child(self, Prober._renew_in_child)
 
     def _renew_in_child(self) -> None:
+        """In a forked child: a fresh lock (a parent's thread may have held it), and a
+        history, alarm and overhead fraction of the child's own samples only (the
+        parent's samples judged with the child's would read two processes as one)."""
         self._lock = threading.RLock()
         self._sampling = 0
         self.history.clear()
@@ -355,12 +343,10 @@ class Prober:
             t2 = _perf_counter()
             cost = t2 - t1
             t1 = t2
-            if sp.time_limit is not None and got is not None and cost > sp.time_limit:
-                sp.timeouts_count += 1
+            late = None if got is None else sp.over_time_limit(cost)
+            if late is not None:
                 got = None
-                self._fail(sp, ProbeError(
-                    sp.name, f"sample() took {cost:.3g} s, over its time limit of "
-                    f"{sp.time_limit:g} s; its values are dropped"), "sample")
+                self._fail(sp, late, "sample")
             sp.ran(calls, t2, cost, budget is not None, got is not None)
             if got is not None:
                 keys += got[0]
@@ -403,10 +389,7 @@ class Prober:
     def _add_errors(self, values: dict[str, Number]) -> None:
         prefix = self.prefix
         for sp in self._probes:
-            if sp.errors_count:
-                values[make_key(prefix, "errors", sp.name)] = sp.errors_count
-                if sp.timeouts_count:
-                    values[make_key(prefix, "timeouts", sp.name)] = sp.timeouts_count
+            sp.add_failure_counts(values, prefix)
         for name, n in self._hooks.errors.items():
             values[make_key(prefix, "errors", name)] = n
         if self._reentrant:

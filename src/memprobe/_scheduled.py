@@ -6,7 +6,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ._errors import MetricValueError, ProbeFailedWarning
+from ._errors import MetricValueError, ProbeError, ProbeFailedWarning
 from ._flatten import SiteKeyCap, check_row, flatten
 from ._options import DEFAULT_MAX_KEYS
 from ._sample import Number
@@ -86,6 +86,22 @@ class ScheduledProbe:
         self.last_time = now
         if ok:
             self.consecutive_failures = 0
+
+    def over_time_limit(self, cost: float) -> ProbeError | None:
+        """A run that took ``cost`` seconds: the error to count when that is over the
+        probe's time limit (its values are then dropped), else None."""
+        if self.time_limit is None or cost <= self.time_limit:
+            return None
+        self.timeouts_count += 1
+        return ProbeError(self.name, f"sample() took {cost:.3g} s, over its time limit of "
+                          f"{self.time_limit:g} s; its values are dropped")
+
+    def add_failure_counts(self, values: dict[str, Number], prefix: str) -> None:
+        """``<prefix>/errors/<probe>`` and ``<prefix>/timeouts/<probe>`` once non-zero."""
+        if self.errors_count:
+            values[make_key(prefix, "errors", self.name)] = self.errors_count
+            if self.timeouts_count:
+                values[make_key(prefix, "timeouts", self.name)] = self.timeouts_count
 
     def due_by_time(self, now: float, budget_share: float | None) -> bool:
         """The time part of the schedule: the interval, and the probe's share of the budget
