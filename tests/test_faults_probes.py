@@ -354,10 +354,10 @@ def test_value_that_turns_hostile_after_a_good_sample_is_caught(tmp_path) -> Non
     assert len(lines) == 7  # the sink never saw a value it could not write
 
 
-def test_hostile_values_and_new_shapes_after_the_compiled_fast_path(tmp_path) -> None:
-    """After 20 samples of one shape the Prober calls the compiled flatten of that shape
-    directly; a bad value, a bool, a key more, a key less, then the old shape again are
-    each flattened (or refused) as the slow path would."""
+def test_hostile_values_and_new_shapes_after_the_fast_path(tmp_path) -> None:
+    """After 20 samples of one shape flatten runs the plan it recorded for that shape;
+    a bad value, a bool, a key more, a key less, then the old shape again are each
+    flattened (or refused) as the slow path would."""
     good = [{"x_bytes": i, "y": {"z_count": 1}} for i in range(20)]
     later = [
         {"x_bytes": float("nan"), "y": {"z_count": 1}},  # refused
@@ -378,7 +378,6 @@ def test_hostile_values_and_new_shapes_after_the_compiled_fast_path(tmp_path) ->
     with pytest.warns(memprobe.ProbeFailedWarning, match="'drifting'.*not finite"):
         with prober:
             samples = [prober.sample() for _ in good]
-            assert prober._probes[0].flattener is not None  # the fast path is taken from here
             samples += [prober.sample() for _ in later]
 
     def probe_keys(v: dict) -> dict:
@@ -398,3 +397,125 @@ def test_hostile_values_and_new_shapes_after_the_compiled_fast_path(tmp_path) ->
     ]
     assert type(samples[22]["memprobe/drifting/x_bytes"]) is int  # True became 1
     assert samples[-1]["memprobe/errors/drifting"] == 2
+
+
+def test_sys_exit_in_a_sample_end_hook_or_a_sink_is_counted_not_raised() -> None:
+    """A plugin's sys.exit() inside a sample is a failure like a probe's: it never ends
+    the caller's loop."""
+    class Quits:
+        @memprobe.hookimpl
+        def memprobe_sample_end(self, sample: Any, prober: Any) -> None:
+            sys.exit("exporter gave up")
+
+    class QuittingSink:
+        def write(self, sample: Any) -> None:
+            sys.exit(2)
+
+        def close(self) -> None:
+            pass
+
+    pm = memprobe.get_plugin_manager(load_entrypoints=False)
+    pm.register(Quits(), name="quits")
+    prober = memprobe.Prober(["gc"], plugin_manager=pm, sink=QuittingSink())
+    with pytest.warns(memprobe.ProbeFailedWarning) as rec:
+        with prober:
+            values = [prober.sample() for _ in range(3)]
+    assert [v.get("memprobe/errors/quits") for v in values] == [None, 1, 2]
+    assert [v.get("memprobe/errors/sink") for v in values] == [None, 1, 2]
+    messages = [str(w.message) for w in rec]
+    assert any("'quits' failed in memprobe_sample_end: SystemExit: exporter gave up" in m
+               for m in messages)
+    assert any("'sink' failed in write: SystemExit: 2" in m for m in messages)
+
+
+def test_sys_exit_in_a_sample_flattened_hook_is_counted_not_raised() -> None:
+    class Quits:
+        @memprobe.hookimpl
+        def memprobe_sample_flattened(self, values: Any, prober: Any) -> Any:
+            raise SystemExit(1)
+
+    pm = memprobe.get_plugin_manager(load_entrypoints=False)
+    pm.register(Quits(), name="quits")
+    with pytest.warns(memprobe.ProbeFailedWarning, match="'quits' failed"):
+        with memprobe.Prober(["gc"], plugin_manager=pm) as prober:
+            prober.sample()
+            values = prober.sample()
+    assert values["memprobe/errors/quits"] == 1
+
+
+#: name -> (the row sample() returns for the columns ("a_bytes", "b_count"), the warning)
+HOSTILE_ROWS: dict[str, tuple[Any, str]] = {
+    "nan": ((float("nan"), 1), r"'memprobe/rowdy/a_bytes'.*is not finite"),
+    "inf": ((1, float("inf")), r"'memprobe/rowdy/b_count'.*is not finite"),
+    "str": (("lots", 1), r"'memprobe/rowdy/a_bytes'.*is not a number"),
+    "none": ((1, None), r"'memprobe/rowdy/b_count'.*is not a number"),
+    "big_int": ((2**64, 1), "outside the 64-bit range"),
+    "short": ((1,), "a row of 1 values for 2 columns"),
+    "long": ((1, 2, 3), "a row of 3 values for 2 columns"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_ROWS))
+def test_a_hostile_row_is_counted_and_the_next_good_one_kept(name: str) -> None:
+    bad, message = HOSTILE_ROWS[name]
+    rows = iter([(1, 2), bad, (3, 4)])
+
+    class Rowdy:
+        columns = ("a_bytes", "b_count")
+
+        def start(self) -> None: ...
+
+        def stop(self) -> None: ...
+
+        def sample(self) -> Any:
+            return next(rows)
+
+    prober = _prober({"rowdy": Rowdy}, ["rowdy", "gc"], sink=None)
+    with pytest.warns(memprobe.ProbeFailedWarning, match=message):
+        with prober:
+            samples = [prober.sample() for _ in range(3)]
+    rowdy = [{k: v for k, v in s.items() if k.startswith("memprobe/rowdy/")} for s in samples]
+    assert rowdy == [{"memprobe/rowdy/a_bytes": 1, "memprobe/rowdy/b_count": 2}, {},
+                     {"memprobe/rowdy/a_bytes": 3, "memprobe/rowdy/b_count": 4}]
+    assert samples[1]["memprobe/gc/garbage_count"] >= 0  # the other probe's values are there
+    assert samples[2]["memprobe/errors/rowdy"] == 1
+
+
+@pytest.mark.parametrize("columns", [None, "a_bytes", ("a", 1), ("a", "a")])
+def test_a_row_without_good_columns_names_the_probe(columns: Any) -> None:
+    class Rowdy:
+        def start(self) -> None: ...
+
+        def stop(self) -> None: ...
+
+        def sample(self) -> Any:
+            return (1, 2)
+
+    if columns is not None:
+        Rowdy.columns = columns  # type: ignore[attr-defined]
+    prober = _prober({"rowdy": Rowdy}, ["rowdy", "gc"])
+    with pytest.warns(memprobe.ProbeFailedWarning, match="'rowdy'.*columns"):
+        with prober:
+            values = prober.sample()
+    assert values["memprobe/errors/rowdy"] == 1
+    assert not any(k.startswith("memprobe/rowdy/") for k in values)
+
+
+def test_a_row_of_bools_and_numpy_like_numbers_is_converted() -> None:
+    import fractions
+
+    class Rowdy:
+        columns = ("flag_count", "ratio", "n_count")
+
+        def start(self) -> None: ...
+
+        def stop(self) -> None: ...
+
+        def sample(self) -> Any:
+            return (True, fractions.Fraction(1, 4), 3)
+
+    with _prober({"rowdy": Rowdy}, ["rowdy"]) as prober:
+        values = prober.sample()
+    got = {k: (v, type(v)) for k, v in values.items() if k.startswith("memprobe/rowdy/")}
+    assert got == {"memprobe/rowdy/flag_count": (1, int), "memprobe/rowdy/ratio": (0.25, float),
+                   "memprobe/rowdy/n_count": (3, int)}

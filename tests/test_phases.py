@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import memprobe
 from memprobe._jsonl import iter_records, read_samples
-from memprobe._phases import mark_times, phase_growth
+from memprobe._phase_growth import mark_times, phase_growth
 from memprobe._runs import load_runs, summarize
 from memprobe.cli import main
 

@@ -14,7 +14,6 @@ import pytest
 
 import memprobe
 from memprobe._errors import PathError
-from memprobe._flatcode import Unusable
 
 
 def test_describe_resolves_every_key_a_prober_emits() -> None:
@@ -176,7 +175,6 @@ ERRORS: dict[str, Callable[[pathlib.Path], BaseException]] = {
     "MemprobeError": lambda _: memprobe.MemprobeError("base: message"),
     "ComponentError": lambda _: _component_error(),
     "RayMetricsUnavailable": lambda _: _ray_metrics_unavailable(),
-    "Unusable": lambda _: Unusable("the kept fds are not open in this process"),
 }
 
 

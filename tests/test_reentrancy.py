@@ -56,8 +56,11 @@ def test_a_hook_that_calls_sample_gets_an_empty_result() -> None:
     pm = memprobe.get_plugin_manager(load_entrypoints=False)
     pm.register(Recursive(), name="recursive")
     limit = sys.getrecursionlimit()
-    with memprobe.Prober(["process"], plugin_manager=pm) as prober:
-        values = [prober.sample() for _ in range(5)]
+    with pytest.warns(memprobe.ProbeFailedWarning,
+                      match=r"plugin 'recursive' called prober.sample\(\) inside a sample") as seen:
+        with memprobe.Prober(["process"], plugin_manager=pm) as prober:
+            values = [prober.sample() for _ in range(5)]
+    assert len(seen) == 1  # warned once, counted every time
     assert sys.getrecursionlimit() == limit
     assert calls == [{}] * 5
     # like every failure, a refused call shows in the samples after it
@@ -78,3 +81,22 @@ def test_a_plugin_registered_without_a_name_is_named_by_its_class() -> None:
             values = prober.sample()
             values = prober.sample()
     assert values["memprobe/errors/Broken"] == 1
+
+
+def test_a_sink_that_calls_sample_is_named_in_the_warning() -> None:
+    class Nosy:
+        prober: memprobe.Prober
+
+        def write(self, sample: memprobe.Sample) -> None:
+            assert self.prober.sample() == {}
+
+        def close(self) -> None:
+            pass
+
+    sink = Nosy()
+    with pytest.warns(memprobe.ProbeFailedWarning, match=r"plugin 'sink' called prober.sample"):
+        with memprobe.Prober(["gc"], load_entrypoints=False, sink=sink) as prober:
+            sink.prober = prober
+            prober.sample()
+            values = prober.sample()
+    assert values["memprobe/errors/reentrant"] == 1

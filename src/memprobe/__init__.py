@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from ._history import History
     from ._options import DEFAULT_PROBES
     from ._phases import Mark
-    from ._phases import PhaseGrowth
-    from ._phases import phase_growth
+    from ._phase_growth import PhaseGrowth
+    from ._phase_growth import phase_growth
     from ._options import parse_probes
     from ._plugins import ProbeInfo
     from ._plugins import SinkInfo
@@ -72,8 +72,8 @@ _LAZY = {
     "History": "._history",
     "DEFAULT_PROBES": "._options",
     "Mark": "._phases",
-    "PhaseGrowth": "._phases",
-    "phase_growth": "._phases",
+    "PhaseGrowth": "._phase_growth",
+    "phase_growth": "._phase_growth",
     "parse_probes": "._options",
     "ProbeInfo": "._plugins",
     "SinkInfo": "._plugins",

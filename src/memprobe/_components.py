@@ -9,7 +9,6 @@ from typing import Any
 import pluggy
 
 from ._errors import ConfigError, show
-from ._flatcode import compile_flat_sampler
 from ._options import (
     GUARD_OPTIONS,
     SCHEDULE_OPTIONS,
@@ -21,13 +20,8 @@ from ._options import (
 from ._plugins import ProbeInfo, collect_sinks, unknown_probe_error, unknown_sink_error
 from ._scheduled import ScheduledProbe
 from ._sinks import JsonlSink, Sink
-from .keys import PROBER_SECTIONS, make_key, prefix_path, sanitize_key, split_key
+from .keys import PROBER_SECTIONS, make_key, split_key
 from .metrics import PROBER_METRICS, Metric, default_metric, lookup
-
-#: Probes whose ``_flat_code`` the Prober uses: they give their values under their
-#: final keys, skipping flatten (a third-party probe always goes through flatten).
-_FLAT_SAMPLERS = ("memprobe.probes.process", "memprobe.probes.gc")
-
 
 def build_probes(
     spec: dict[str, dict[str, Any]], registry: dict[str, ProbeInfo], *,
@@ -108,17 +102,9 @@ def discard(probes: list[ScheduledProbe], sinks: list[tuple[str, Sink]]) -> None
 
 
 def bind_keys(probes: list[ScheduledProbe], prefix: str) -> None:
-    """Give each probe its overhead key, its bit in a sample's shape, and (built-ins)
-    its flat sampler under ``<prefix>/<name>/``."""
-    head = prefix_path(prefix)
-    for i, sp in enumerate(probes):
-        sp.bit = 4 << i
+    """Give each probe its overhead key, ``<prefix>/overhead/<name>_seconds``."""
+    for sp in probes:
         sp.overhead_key = make_key(prefix, "overhead", f"{sp.name}_seconds")
-        flat_code = getattr(sp.probe, "_flat_code", None)
-        if (flat_code is not None and sp.worker is None
-                and type(sp.probe).__module__ in _FLAT_SAMPLERS):
-            sp.flat_code = flat_code(f"{head}{sanitize_key(sp.name)}/")
-            sp.fast = compile_flat_sampler(sp.flat_code)
 
 
 def describe_key(key: str, prefix: str, probes: list[ScheduledProbe]) -> Metric:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Union
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from ._errors import KeyCollisionError, MetricValueError
 from ._sample import Number
@@ -79,6 +79,25 @@ def check_number(key: str, value: Any) -> Number:
     )
 
 
+def check_row(keys: Sequence[str], row: Sequence[Any]) -> Sequence[Number]:
+    """A probe's row of values, checked as :func:`check_number` checks each: ``row``
+    itself when every value is an ``int`` in range or a finite ``float``, else a new
+    tuple of the values converted (a bool, a numpy number).
+
+    :raises MetricValueError: a value is not a finite number; names its key.
+    """
+    for v in row:
+        t = type(v)
+        if t is int:
+            if not INT_MIN <= v <= INT_MAX:
+                break
+        elif t is not float or v - v != 0:  # inf - inf and nan - nan are nan
+            break
+    else:
+        return row
+    return tuple(map(check_number, keys, row))
+
+
 def _part(key: Any, where: str) -> str:
     if isinstance(key, str):
         return sanitize_key(key)
@@ -113,20 +132,11 @@ def flatten(
     """
     if type(data) is dict:
         ck = (prefix, sep, tuple(data))
-        entry = _PLANS.get(ck)
-        if entry is not None:
-            run = entry.runner
-            if run is not None:
-                fast = run(data)
-                if fast is not None:
-                    return fast
-            else:
-                fast = {}
-                if _run_plan(data, entry.plan, fast):
-                    entry.hits += 1
-                    if entry.hits >= _COMPILE_AFTER:
-                        entry.runner = _compile_plan(entry.plan)
-                    return fast
+        plan = _PLANS.get(ck)
+        if plan is not None:
+            fast: dict[str, Number] = {}
+            if _run_plan(data, plan, fast):
+                return fast
     out: dict[str, Number] = {}
     sources: dict[str, str] = {}
     root = sanitize_key(prefix) if prefix else ""
@@ -136,54 +146,25 @@ def flatten(
         if plan is not None:
             if len(_PLANS) >= _MAX_PLANS:
                 _PLANS.clear()
-            _PLANS[ck] = _PlanEntry(plan)
+            _PLANS[ck] = plan
     return out
 
 
 # -- the fast path -------------------------------------------------------------
-# A probe returns the same shape sample after sample. The first flatten of a
-# shape goes through _walk (sanitizing, sorting, collision checks) and records
-# a *plan*: for each plain dict, its keys in order and, sorted as _walk sorts
-# them, each child's output key or sub-plan. It is compiled
-# into a small function (_compile_plan): later calls with the same shape only
-# check the shape (each dict's length and keys) and the value types, and copy.
-# Anything unusual (a SiteMap, a sequence, a non-str key, a bool, a non-finite
-# or non-int/float value, a different shape) misses and takes _walk again,
-# which produces the same output or raises the same error.
+# A probe that returns a mapping returns the same shape sample after sample. The
+# first flatten of a shape goes through _walk (sanitizing, sorting, collision
+# checks) and records a *plan*: for each plain dict, its keys in order and, sorted
+# as _walk sorts them, each child's output key or sub-plan. Later calls with the
+# same shape check the shape (each dict's keys) and the value types, and copy.
+# Anything unusual (a SiteMap, a sequence, a non-str key, a bool, a non-finite or
+# non-int/float value, a different shape) misses and takes _walk again, which
+# produces the same output or raises the same error.
 
 Plan = tuple[tuple[Any, ...], list[tuple[str, str | None, Any]]]
-PlanRunner = Callable[[dict[Any, Any]], Union[dict[str, Number], None]]
-#: Compiling a plan costs far more than running it (docs/performance.md): only a shape
-#: seen this many times in a row is compiled; one that keeps changing stays interpreted.
-_COMPILE_AFTER = 8
 
-
-class _PlanEntry:
-    __slots__ = ("hits", "plan", "runner")
-
-    def __init__(self, plan: Plan) -> None:
-        self.plan = plan
-        self.hits = 0
-        self.runner: PlanRunner | None = None
-
-
-_PLANS: dict[tuple[str, str, tuple[Any, ...]], _PlanEntry] = {}
+_PLANS: dict[tuple[str, str, tuple[Any, ...]], Plan] = {}
 _MAX_PLANS = 256
 _isfinite = math.isfinite
-
-
-def compiled_flattener(
-    top_keys: tuple[str, ...], prefix: str = "memprobe", sep: str = "/"
-) -> PlanRunner | None:
-    """The compiled fast path :func:`flatten` keeps for data with these top-level keys.
-
-    None until a shape has been flattened :data:`_COMPILE_AFTER` times. Calling
-    it is what :func:`flatten` does first (without the lookup): it returns the
-    flat dict, or None for anything it was not compiled for, which then needs
-    :func:`flatten`. A runner stays correct after the cache drops it.
-    """
-    entry = _PLANS.get((prefix, sep, top_keys))
-    return None if entry is None else entry.runner
 
 
 def _make_plan(node: Any, out: dict[str, Number], key: str, sep: str, depth: int) -> Plan | None:
@@ -213,7 +194,9 @@ def _make_plan(node: Any, out: dict[str, Number], key: str, sep: str, depth: int
 
 
 def _run_plan(node: dict[Any, Any], plan: Plan, out: dict[str, Number]) -> bool:
-    """The plan, interpreted: what the compiled runner does (its reference in the tests)."""
+    """Copy ``node``'s values into ``out`` by ``plan``; False (``out`` partly filled)
+    when ``node`` does not have the plan's shape or holds a value _walk would convert
+    or refuse."""
     keys, items = plan
     if tuple(node) != keys:
         return False
@@ -228,53 +211,6 @@ def _run_plan(node: dict[Any, Any], plan: Plan, out: dict[str, Number]) -> bool:
         elif type(v) is not dict or not _run_plan(v, sub, out):
             return False
     return True
-
-
-def _compile_plan(plan: Plan) -> PlanRunner:
-    """A function equivalent to :func:`_run_plan` for one plan, generated once.
-
-    Straight-line code: per dict, its length and a lookup of each planned key
-    (equal key sets, since keys are unique; the order does not change the
-    output, which is sorted), one type check per leaf (exact ``int``, or exact
-    ``float`` with ``v - v == 0``, false for inf and nan), and a dict display
-    with the output keys as constants. It returns None where :func:`_run_plan` returns False. Keys
-    enter the source only as ``repr()`` of a ``str`` (a valid literal).
-    """
-    ns: dict[str, Any] = {"_int": int, "_float": float, "_dict": dict}
-    body: list[str] = []
-    out_items: list[str] = []
-    counter = [0]
-
-    def walk(p: Plan, var: str) -> None:
-        keys, items = p
-        i = counter[0] = counter[0] + 1
-        body.append(f"    if len({var}) != {len(keys)}: return None")
-        for j, (k, okey, sub) in enumerate(items):
-            child = f"v{i}_{j}"
-            body.append(f"    {child} = {var}[{k!r}]")
-            if okey is not None:
-                body.append(  # ints outside INT_MIN..INT_MAX miss too: _walk rejects them
-                    f"    if type({child}) is _int:\n"
-                    f"        if not {INT_MIN} <= {child} <= {INT_MAX}: return None\n"
-                    f"    elif type({child}) is not _float or {child} - {child} != 0: return None"
-                )
-                out_items.append(f"{okey!r}: {child}")
-            else:
-                body.append(f"    if type({child}) is not _dict: return None")
-                walk(sub, child)
-
-    walk(plan, "node")
-    body = [f"    {line}" for chunk in body for line in chunk.split("\n")]  # into the try:
-    src = "\n".join([
-        "def run(node):",
-        "    try:",
-        *body,
-        "    except KeyError:",
-        "        return None",
-        f"    return {{{', '.join(out_items)}}}",
-    ])
-    exec(compile(src, "<memprobe flatten plan>", "exec"), ns)
-    return ns["run"]  # type: ignore[no-any-return]
 
 
 def _emit(

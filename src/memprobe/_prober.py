@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 import time
-import warnings
-import weakref
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
-from ._alarm import LeakAlarm, OnLeak, check_leak_options
-from ._alarm_capture import check_capture_option
+from ._alarm import LeakAlarm, OnLeak
+from ._alarm_checks import AlarmChecks, judge_history, make_alarm
 from ._budget import BudgetSplit
 from ._components import bind_keys, build_probes, build_sinks, describe_key, discard
-from ._errors import ConfigError, ProbeFailedWarning, show
+from ._errors import ConfigError, show
 from ._flatten import SiteKeyCap
+from ._fork import renew_in_child
 from ._history import MAX_HISTORY, History
 from ._hooks import SampleHooks
 from ._options import (
@@ -32,34 +32,28 @@ from ._options import (
     parse_probes,
     parse_sinks,
 )
-from ._phases import PhaseMixin
+from ._overhead import Overhead
+from ._phases import Mark, Phases, check_label
+from ._pid import current_pid
 from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
-from ._sample import Number
-from ._sampling import PlainSampler, SamplingMixin
+from ._sample import Number, Sample
 from ._scheduled import ScheduledProbe
-from ._sinks import JsonlSink, Sink
+from ._sink_writer import SinkWriter
+from ._sinks import Sink
 from .keys import make_key
 from .metrics import Metric
 
+if TYPE_CHECKING:
+    from ._verdicts import Report
+
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Every Prober alive in this process, so that a forked child can renew them.
-_LIVE_PROBERS: weakref.WeakSet[Prober] = weakref.WeakSet()
+_perf_counter = time.perf_counter
+_time = time.time
+_get_ident = threading.get_ident
 
 
-def _renew_after_fork() -> None:
-    """In a forked child: a fresh lock (a parent's thread may have held it), and a
-    history, alarm and overhead fraction of the child's own samples only (the
-    parent's samples judged with the child's would read two processes as one)."""
-    for prober in list(_LIVE_PROBERS):
-        prober._renew_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_renew_after_fork)
-
-
-class Prober(SamplingMixin, PhaseMixin):
+class Prober:
     """Runs memory probes around any Python loop.
 
     >>> with Prober(probes=["process", "gc"]) as prober:
@@ -150,67 +144,52 @@ class Prober(SamplingMixin, PhaseMixin):
             )
         tags = check_tags(tags, sink)
         sink_spec = parse_sinks(sinks)
-        #: The leak alarm, when ``on_leak`` is given.
-        self.alarm: LeakAlarm | None = None
-        if on_leak is not None:
-            self.alarm = LeakAlarm(on_leak, check_every=leak_check_every,
-                                   confirmations=leak_confirmations, options=leak_options,
-                                   capture=capture_on_leak)
-        else:
-            check_int("leak_check_every", leak_check_every, 1)
-            check_int("leak_confirmations", leak_confirmations, 1)
-            check_leak_options(leak_options)
-            if capture_on_leak is not True:
-                check_capture_option(capture_on_leak)
+        alarm = make_alarm(on_leak, leak_check_every, leak_confirmations, leak_options,
+                           capture_on_leak)
         self._pm = plugin_manager or get_plugin_manager(load_entrypoints=load_entrypoints)
         self.registry: dict[str, ProbeInfo] = collect_probes(self._pm)
         self._probes: list[ScheduledProbe] = build_probes(
             parse_probes(probes), self.registry, every=self.every,
             interval_seconds=self.interval_seconds, time_limit=time_limit_seconds)
         try:
-            self._sinks: list[tuple[str, Sink]] = build_sinks(sink, tags, sink_spec, self._pm)
+            sinks = build_sinks(sink, tags, sink_spec, self._pm)
         except BaseException:
             discard(self._probes, [])
             raise
-        # Each sink, and for the built-in JSONL sink its writer of a sample's fields.
-        self._sink_writers: list[tuple[str, Sink, Callable[..., None] | None]] = [
-            (name, s, s._write_values if type(s).write is JsonlSink.write else None)
-            for name, s in self._sinks]
-        self._sample_sinks = any(w is None for _, _, w in self._sink_writers)
+        bind_keys(self._probes, prefix)
         self._started = False
         self.history = History(history)
         self.site_key_cap = SiteKeyCap(max_site_keys)
         self._lock = threading.RLock()
-        self._calls = 0
-        self._budget_split = BudgetSplit()
         self._sampling = 0  # the thread id inside sample(), to refuse re-entry
+        self._calls = 0
         self._reentrant = 0
-        self._t_start = 0.0
-        self._t_first = 0.0
-        self._window_probe_seconds = 0.0
-        bind_keys(self._probes, prefix)
-        self._key_sample_seconds = make_key(prefix, "overhead", "sample_seconds")
-        self._key_fraction = make_key(prefix, "overhead", "fraction")
-        self._key_check_retained = make_key(prefix, "overhead", "check_retained_bytes")
+        self._any_errors = False  # a probe has failed, or a call was refused: errors/...
+        # The steps of a sample, each in its own object.
+        self._budget_split = BudgetSplit()
         self._hooks = SampleHooks(self._pm, prefix)
-        self._any_errors = False  # a probe or a hook has failed: sample() adds errors/...
-        self._init_phases()
-        # sample() for a Prober whose probes all run in every sample, or None: _plain_probes.
-        self._plain: PlainSampler | None = None
-        self._plain_shape = -1
-        _LIVE_PROBERS.add(self)
+        self._sinks = SinkWriter(sinks, self._hooks)
+        self._overhead = Overhead(prefix)
+        self._phases = Phases()
+        self._alarm_checks = None if alarm is None else AlarmChecks(
+            alarm, prefix, self.history, self._hooks.failed)
+        renew_in_child(self, Prober._renew_in_child)
 
     def _renew_in_child(self) -> None:
+        """In a forked child: a fresh lock (a parent's thread may have held it), and a
+        history, alarm and overhead fraction of the child's own samples only (the
+        parent's samples judged with the child's would read two processes as one)."""
         self._lock = threading.RLock()
         self._sampling = 0
         self.history.clear()
-        if self.alarm is not None:
-            self.alarm.reset()  # a capture the parent had open is abandoned
-        self._check_retained = 0
-        self._check_retained_due = False
-        self._t_start = time.perf_counter()
-        self._t_first = 0.0
-        self._window_probe_seconds = 0.0
+        if self._alarm_checks is not None:
+            self._alarm_checks.reset()
+        self._overhead.reset()
+
+    @property
+    def alarm(self) -> LeakAlarm | None:
+        """The leak alarm, when ``on_leak`` is given."""
+        return None if self._alarm_checks is None else self._alarm_checks.alarm
 
     # -- names ----------------------------------------------------------------
     @property
@@ -228,12 +207,12 @@ class Prober(SamplingMixin, PhaseMixin):
     @property
     def sink(self) -> Sink | None:
         """The sink given as ``sink=`` (or the first of ``sinks=``), else None."""
-        return self._sinks[0][1] if self._sinks else None
+        return self._sinks.named[0][1] if self._sinks else None
 
     @property
     def sinks(self) -> list[Sink]:
         """Every sink this Prober writes to, in order."""
-        return [s for _, s in self._sinks]
+        return [s for _, s in self._sinks.named]
 
     def describe(self, key: str) -> Metric:
         """The declaration of a key this Prober emits: its description, unit and kind.
@@ -251,14 +230,12 @@ class Prober(SamplingMixin, PhaseMixin):
             if self._started:
                 return self
             self._started = True
-            self._t_start = time.perf_counter()
             self._hooks.collect()
             for sp in self._probes:
                 try:
                     sp.start()
                 except Exception as exc:
                     self._fail(sp, exc, "start", fatal=True)
-            self._plain_probes()
         return self
 
     def stop(self) -> None:
@@ -269,19 +246,12 @@ class Prober(SamplingMixin, PhaseMixin):
             self._started = False
             if self.alarm is not None:
                 self.alarm.abandon_capture()
-            self._plain = None
             for sp in self._probes:
                 try:
                     sp.stop()
                 except Exception as exc:
                     self._fail(sp, exc, "stop")
-            for name, s in self._sinks:
-                try:
-                    s.close()
-                except Exception as exc:  # a user's sink
-                    which = "the sink" if name == "sink" else f"the sink {name!r}"
-                    warnings.warn(f"memprobe: closing {which} failed: {exc!r}",
-                                  ProbeFailedWarning, stacklevel=2)
+            self._sinks.close()
 
     def __enter__(self) -> Prober:
         return self.start()
@@ -309,7 +279,211 @@ class Prober(SamplingMixin, PhaseMixin):
             "(memprobe_rllib.MemoryProbeCallback does this for each EnvRunner)"
         )
 
+    # -- sampling -------------------------------------------------------------
+    def sample(self, step: int | None = None, *, force: bool = False) -> dict[str, Number]:
+        """Run the probes that are due and return this sample's flat values.
+
+        :param step: the caller's step (iteration, episode); stored with the sample.
+        :param force: run every enabled probe, due or not.
+        :returns: a new dict, ``{"<prefix>/<probe>/<metric>": number}`` for the
+            probes that ran, plus ``<prefix>/errors/...`` once anything has failed
+            and ``<prefix>/overhead/...``. Empty when no probe was due. Changing it
+            changes nothing in ``history``.
+
+        Never raises because of a probe, a hook or a sink: a failing probe is
+        counted, warned about once and disabled after ``max_failures`` failures in
+        a row. A call made while this thread is already inside ``sample()`` (a
+        signal handler, a hook) returns ``{}`` at once and is counted in
+        ``<prefix>/errors/reentrant``.
+        """
+        me = _get_ident()
+        if self._sampling == me:
+            self._reentrant += 1
+            self._any_errors = True
+            self._hooks.reentered()
+            return {}
+        with self._lock:
+            self._sampling = me
+            try:
+                if not self._started:
+                    self.start()
+                t0 = _perf_counter()
+                values = self._run_probes(t0, force)
+                if values is None:
+                    return {}
+                hooks = self._hooks
+                if self._any_errors or hooks.errors:
+                    self._add_errors(values)
+                if hooks.derive:
+                    hooks.run_derive(values, self)
+                return self._finish(values, t0, step)
+            finally:
+                self._sampling = 0
+
+    def _run_probes(self, t0: float, force: bool) -> dict[str, Number] | None:
+        """Each probe that is due, in order: its values under their keys, then its cost
+        (``overhead/<probe>_seconds``). None when no probe ran (``{}`` with ``force``)."""
+        calls = self._calls = self._calls + 1
+        budget = self.budget  # without one, only a probe's interval needs the clock
+        share = None if budget is None else self._budget_split.share(t0, budget, self._probes)
+        keys: list[str] = []
+        row: list[Number] = []
+        t1 = t0
+        for sp in self._probes:
+            if sp.disabled or not (force or sp.due(calls, t1, share)):
+                continue
+            got: tuple[Sequence[str], Sequence[Number]] | None
+            try:
+                got = sp.sample_values(self.prefix, self.site_key_cap)
+            except (Exception, SystemExit) as exc:  # a plugin's sys.exit() must not end the job
+                if sp.abandoned:
+                    sp.timeouts_count += 1
+                self._fail(sp, exc, "sample", fatal=sp.abandoned)
+                got = None
+            t2 = _perf_counter()
+            cost = t2 - t1
+            t1 = t2
+            late = None if got is None else sp.over_time_limit(cost)
+            if late is not None:
+                got = None
+                self._fail(sp, late, "sample")
+            sp.ran(calls, t2, cost, budget is not None, got is not None)
+            if got is not None:
+                keys += got[0]
+                keys.append(sp.overhead_key)
+                row += got[1]
+                row.append(cost)
+        self._overhead.probes_ran(t0, t1)
+        if not keys:
+            return {} if force else None
+        return dict(zip(keys, row))
+
+    def _finish(self, values: dict[str, Number], t0: float,
+                step: int | None) -> dict[str, Number]:
+        """The end of a sample: the overhead metrics, the history, the sinks and
+        ``memprobe_sample_end`` hooks, the leak alarm."""
+        self._overhead.finish(values, t0, _perf_counter())
+        checks = self._alarm_checks
+        if checks is not None:
+            checks.add_check_retained(values)
+        now = _time()
+        pid = current_pid()
+        self.history.append(now, step, pid, values)
+        hooks = self._hooks
+        if self._sinks.named or hooks.end:
+            sample = Sample(now, step, pid, values, self._phases.labels)
+            self._sinks.write(sample)
+            if hooks.end:
+                hooks.run_end(sample, self)
+        if checks is not None:
+            line = checks.after_sample(now, step, pid)  # a capture's culprits
+            if line is not None:
+                self._sinks.write(line)
+        return values
+
+    def _fail(self, sp: ScheduledProbe, exc: BaseException, where: str,
+              fatal: bool = False) -> None:
+        self._any_errors = True
+        sp.fail(exc, where, self.max_failures, make_key(self.prefix, "errors", sp.name), fatal)
+
+    def _add_errors(self, values: dict[str, Number]) -> None:
+        prefix = self.prefix
+        for sp in self._probes:
+            sp.add_failure_counts(values, prefix)
+        for name, n in self._hooks.errors.items():
+            values[make_key(prefix, "errors", name)] = n
+        if self._reentrant:
+            values[make_key(prefix, "errors", "reentrant")] = self._reentrant
+
+    # -- marks and spans (memprobe._phases) -------------------------------------
+    @property
+    def marks(self) -> Sequence[Mark]:
+        """The latest marks and span edges (at most ``memprobe._phases.MAX_MARKS``),
+        oldest first."""
+        return self._phases.marks
+
+    @property
+    def current_phase(self) -> str | None:
+        """The label of the innermost open span (``"train/eval"`` when nested), or None."""
+        return self._phases.current
+
+    def mark(self, label: str, *, step: int | None = None) -> Mark:
+        """Record a labelled point: take a sample now (every probe, so the values are
+        those of this moment), labelled ``label``; it costs one full sample.
+
+        :param step: the sample's step; default: the step of the latest sample.
+        :returns: the :class:`Mark`, also appended to ``prober.marks``.
+        """
+        return self._labelled(check_label(label), "mark", step)
+
+    @contextlib.contextmanager
+    def phase(self, label: str, *, step: int | None = None) -> Iterator[Mark]:
+        """A labelled span: a sample at entry and at exit (every probe), and every
+        sample taken inside labelled with it.
+
+        >>> from memprobe import Prober
+        >>> with Prober(probes=["gc"]) as prober, prober.phase("eval"):
+        ...     values = prober.sample(step=1)
+        >>> [(m.label, m.kind) for m in prober.marks]
+        [('eval', 'start'), ('eval', 'end')]
+
+        :param step: the step of the entry and exit samples; default: the latest.
+        """
+        start = self.start_phase(label, step=step)
+        try:
+            yield start
+        finally:
+            self.end_phase(label, step=step)
+
+    def start_phase(self, label: str, *, step: int | None = None) -> Mark:
+        """Open a span (for callbacks where a ``with`` block cannot span the phase,
+        such as RLlib's ``on_evaluate_start``); :meth:`end_phase` closes it."""
+        phases = self._phases
+        with self._lock:
+            phases.push(check_label(label))
+            try:
+                return self._labelled(phases.current or label, "start", step)
+            except BaseException:
+                phases.pop()
+                raise
+
+    def end_phase(self, label: str | None = None, *, step: int | None = None) -> Mark:
+        """Close the innermost open span (``label``, when given, must be its label).
+
+        :raises ConfigError: no span is open, or the innermost one has another label.
+        """
+        phases = self._phases
+        with self._lock:
+            phases.check_innermost(label)
+            try:
+                return self._labelled(phases.current or "", "end", step)
+            finally:
+                phases.pop()
+
+    def _labelled(self, label: str, kind: str, step: int | None) -> Mark:
+        phases = self._phases
+        with self._lock:  # another thread's sample must not take this sample's labels
+            if step is None and len(self.history):
+                step = self.history[-1].step
+            phases.set_labels({"mark": label} if kind == "mark" else {"phase_edge": kind})
+            t = time.time()
+            try:
+                self.sample(step, force=True)
+            finally:
+                phases.set_labels()
+            mark = Mark(label, kind, t, step)
+            phases.marks.append(mark)
+            return mark
+
     # -- reading back -----------------------------------------------------------
+    def report(self, **options: Any) -> Report:
+        """Leak verdicts on this Prober's ``history``, judged with its ``prefix``.
+
+        Options go to :func:`memprobe.analyze_samples` (``thresholds``,
+        ``warmup``, ``min_points``...).
+        """
+        return judge_history(self.history, self._lock, self.prefix, **options)
+
     def series(self, key: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` for one metric over ``history``; x is the step, or the sample index."""
         with self._lock:

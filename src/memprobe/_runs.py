@@ -20,7 +20,7 @@ from . import keys
 from ._alarm_capture import HOLDERS
 from ._errors import MemprobeWarning
 from ._jsonl import JsonlReadError, iter_records
-from ._phases import PhaseGrowth, mark_times, phase_growth
+from ._phase_growth import PhaseGrowth, mark_times, phase_growth
 from ._sample import Sample
 from ._verdicts import DEFAULT_METRICS, STATUS_WORDS, Verdict, analyze, analyze_samples
 from .metrics import PROBER_METRICS, Metric, as_metric, lookup

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
-from typing import Any, Callable, Union
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from ._errors import MetricValueError, ProbeFailedWarning
-from ._flatcode import FlatCode
-from ._flatten import SiteKeyCap, compiled_flattener, flatten
+from ._errors import MetricValueError, ProbeError, ProbeFailedWarning
+from ._flatten import SiteKeyCap, check_row, flatten
 from ._options import DEFAULT_MAX_KEYS
+from ._sample import Number
 from ._worker import IsolationWorker
-
-#: A compiled flatten of one probe's usual result shape (see memprobe._flatten).
-Flattener = Callable[[dict[Any, Any]], Union[dict[str, Any], None]]
+from .keys import make_key
 
 
 class ScheduledProbe:
@@ -27,16 +25,13 @@ class ScheduledProbe:
     """
 
     __slots__ = (
-        "bit",
         "consecutive_failures",
         "cost_seconds",
         "disabled",
         "errors_count",
         "every",
-        "fast",
-        "flat_code",
-        "flattener",
         "interval_seconds",
+        "keys",
         "last_call",
         "last_time",
         "max_keys",
@@ -62,18 +57,51 @@ class ScheduledProbe:
         self.last_time = float("-inf")
         self.cost_seconds = 0.0
         self.overhead_key = ""  # <prefix>/overhead/<name>_seconds, set by the Prober
-        self.flattener: Flattener | None = None
-        #: A built-in probe's own flat sampler (final keys, checked values), or None.
-        self.fast: Callable[[], dict[str, Any] | None] | None = None
-        #: ... and its source, which the Prober's plain path fuses with the others'.
-        self.flat_code: FlatCode | None = None
-        self.bit = 0  # this probe's bit in the Prober's shape of a sample
+        #: The keys of the probe's ``columns``, made at its first row (see sample_values).
+        self.keys: tuple[str, ...] | None = None
         self.errors_count = 0
         self.timeouts_count = 0
         self.consecutive_failures = 0
         self.disabled = False
         self.started = False
         self.warned = False
+
+    def due(self, calls: int, now: float, budget_share: float | None) -> bool:
+        """Whether the probe runs in the Prober's sample number ``calls``, at ``now``:
+        ``every`` calls have passed since it last ran, and :meth:`due_by_time`."""
+        if calls - self.last_call < self.every:
+            return False
+        if budget_share is None and not self.interval_seconds:
+            return True
+        return self.due_by_time(now, budget_share)
+
+    def ran(self, calls: int, now: float, cost: float, budgeted: bool, ok: bool) -> None:
+        """Record a run in sample ``calls`` that ended at ``now`` and took ``cost``
+        seconds: for the schedule, for the budget (a moving average of the cost, when
+        ``budgeted``), and (``ok``: it gave values) the end of a run of failures."""
+        if budgeted:
+            avg = self.cost_seconds
+            self.cost_seconds = 0.8 * avg + 0.2 * cost if avg else cost
+        self.last_call = calls
+        self.last_time = now
+        if ok:
+            self.consecutive_failures = 0
+
+    def over_time_limit(self, cost: float) -> ProbeError | None:
+        """A run that took ``cost`` seconds: the error to count when that is over the
+        probe's time limit (its values are then dropped), else None."""
+        if self.time_limit is None or cost <= self.time_limit:
+            return None
+        self.timeouts_count += 1
+        return ProbeError(self.name, f"sample() took {cost:.3g} s, over its time limit of "
+                          f"{self.time_limit:g} s; its values are dropped")
+
+    def add_failure_counts(self, values: dict[str, Number], prefix: str) -> None:
+        """``<prefix>/errors/<probe>`` and ``<prefix>/timeouts/<probe>`` once non-zero."""
+        if self.errors_count:
+            values[make_key(prefix, "errors", self.name)] = self.errors_count
+            if self.timeouts_count:
+                values[make_key(prefix, "timeouts", self.name)] = self.timeouts_count
 
     def due_by_time(self, now: float, budget_share: float | None) -> bool:
         """The time part of the schedule: the interval, and the probe's share of the budget
@@ -86,37 +114,53 @@ class ScheduledProbe:
                 return False
         return True
 
-    @property
-    def plain(self) -> bool:
-        """Runs in every sample through its flat sampler, with no guard to apply."""
-        return (self.fast is not None and self.started and not self.disabled
-                and self.worker is None and self.every == 1 and not self.interval_seconds
-                and self.time_limit is None)
-
-    def sample_values(self, prefix: str, site_key_cap: SiteKeyCap) -> dict[str, Any]:
-        """The probe's flat values through the ordinary path: ``sample()``, checks, flatten."""
+    def sample_values(self, prefix: str,
+                      site_key_cap: SiteKeyCap) -> tuple[Sequence[str], Sequence[Number]]:
+        """The probe's values and their keys: ``sample()``, then its row checked and
+        paired with the keys of its ``columns``, or its mapping checked and flattened."""
         res = self.probe.sample() if self.started and self.worker is None else self.sample()
-        if type(res) is not dict and not isinstance(res, Mapping):
+        if type(res) is tuple:
+            keys = self.keys
+            if keys is None:
+                keys = self.keys = self._column_keys(prefix)
+            if len(res) != len(keys):
+                raise MetricValueError(
+                    self.name, f"sample() returned a row of {len(res)} values for "
+                    f"{len(keys)} columns")
+            return keys, check_row(keys, res)
+        if not isinstance(res, Mapping):
             raise MetricValueError(
-                self.name, f"sample() returned {type(res).__name__}, not a mapping"
+                self.name, f"sample() returned {type(res).__name__}, not a mapping or a tuple"
             )
         if len(res) > self.max_keys:
             raise MetricValueError(
                 self.name, f"sample() returned {len(res)} keys, over max_keys="
                 f"{self.max_keys}; the sample is dropped",
             )
-        run = self.flattener  # the compiled flatten of this probe's usual shape
-        flat: dict[str, Any] | None = None if run is None else run({self.name: res})
-        if flat is None:
-            flat = flatten({self.name: res}, prefix=prefix,
-                           site_key_cap=site_key_cap, max_keys=self.max_keys)
-            self.flattener = compiled_flattener((self.name,), prefix)
-            if len(flat) > self.max_keys:
-                raise MetricValueError(
-                    self.name, f"sample() flattened to {len(flat)} keys, over max_keys="
-                    f"{self.max_keys}; the sample is dropped",
-                )
-        return flat
+        flat = flatten({self.name: res}, prefix=prefix,
+                       site_key_cap=site_key_cap, max_keys=self.max_keys)
+        if len(flat) > self.max_keys:
+            raise MetricValueError(
+                self.name, f"sample() flattened to {len(flat)} keys, over max_keys="
+                f"{self.max_keys}; the sample is dropped",
+            )
+        return tuple(flat), tuple(flat.values())
+
+    def _column_keys(self, prefix: str) -> tuple[str, ...]:
+        """The keys of the probe's ``columns`` (read once: they are fixed)."""
+        columns = getattr(self.probe, "columns", None)
+        if (not isinstance(columns, (tuple, list))
+                or not all(isinstance(c, str) for c in columns)):
+            raise MetricValueError(
+                self.name, "sample() returned a tuple, but the probe's columns "
+                f"({type(columns).__name__}) are not a tuple of metric names")
+        keys = tuple(make_key(prefix, self.name, c) for c in columns)
+        if len(set(keys)) != len(keys):
+            raise MetricValueError(self.name, f"its columns name a key twice: {columns!r}")
+        if len(keys) > self.max_keys:
+            raise MetricValueError(self.name, f"has {len(keys)} columns, over max_keys="
+                                   f"{self.max_keys}")
+        return keys
 
     def isolate(self) -> None:
         """Run this probe's calls in a worker thread from now on."""

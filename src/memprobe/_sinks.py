@@ -164,8 +164,7 @@ class JsonlSink:
     def _write_values(self, time_seconds: float, step: int | None, pid: int,
                       values: Mapping[str, Any],
                       labels: Mapping[str, str] | None = None) -> None:
-        """``write`` of a sample given by its fields: what the Prober calls, without
-        building a :class:`Sample` when nothing else needs one."""
+        """``write`` of a sample given by its fields."""
         if self.failed:
             return
         try:

@@ -13,18 +13,34 @@ module by a test, so the docstrings here are the documentation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import pluggy
 
-from ._sample import Sample
-
-if TYPE_CHECKING:  # the one import of the engine here, for type hints only
-    from ._prober import Prober
+from ._sample import Number, Sample
+from .metrics import Metric
 
 hookspec = pluggy.HookspecMarker("memprobe")
 hookimpl = pluggy.HookimplMarker("memprobe")
+
+
+class Prober(Protocol):
+    """What a hook is given as ``prober``: the :class:`memprobe.Prober` that took the
+    sample, typed by the part of it a hook may use (so that this module, which the
+    probes import, imports no engine)."""
+
+    prefix: str
+
+    @property
+    def history(self) -> Sequence[Sample]: ...
+
+    @property
+    def probe_names(self) -> list[str]: ...
+
+    def describe(self, key: str) -> Metric: ...
+
+    def sample(self, step: int | None = None, *, force: bool = False) -> dict[str, Number]: ...
 
 # -------------------------------------------------------------------------
 # registering probes

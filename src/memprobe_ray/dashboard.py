@@ -1,4 +1,5 @@
-"""The Grafana dashboard that ships with memprobe, and ``memprobe grafana-dashboard``.
+"""The Grafana dashboard that ships with memprobe (``memprobe grafana-dashboard``
+writes it).
 
 The dashboard reads the series :class:`memprobe_ray.RayMetricsSink` exports
 (Ray prefixes each name with ``ray_``). Its template variables: ``datasource``
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -47,9 +47,3 @@ def write_dashboard(out: Any = None) -> None:
     json.dump(dashboard_json(), stream, indent=2)
     stream.write("\n")
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``memprobe grafana-dashboard [-o FILE]`` (the CLI's command, with its output rules)."""
-    from memprobe.cli import main as cli_main
-
-    return cli_main(["grafana-dashboard", *(sys.argv[1:] if argv is None else argv)])

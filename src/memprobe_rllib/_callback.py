@@ -67,6 +67,14 @@ EVALUATE = "evaluate"
 TRAIN = "train"
 
 
+def _ray_sink(prober: memprobe.Prober) -> Any:
+    """The prober's :class:`memprobe_ray.RayMetricsSink`, bound to it, or None."""
+    from memprobe_ray import RayMetricsSink
+
+    sink = next((s for s in prober.sinks if isinstance(s, RayMetricsSink)), None)
+    return None if sink is None else sink.bind(prober)
+
+
 def ray_metrics_plugin(pm: Any) -> None:
     """Register memprobe_ray's sink plugin in ``pm`` (entry points may be off or absent).
 
@@ -126,9 +134,7 @@ class ProcessProber:
         )
         self.leak.prober = self.prober
         # The ray_metrics sink: reads the Prober's declarations, and exports its verdicts.
-        self.ray_sink = next((s for s in self.prober.sinks if hasattr(s, "write_verdicts")), None)
-        if self.ray_sink is not None and hasattr(self.ray_sink, "bind"):
-            self.ray_sink.bind(self.prober)
+        self.ray_sink = _ray_sink(self.prober) if sinks else None
         self._exported: Any = None
         self.phase = phase
         self.alarm_on = bool(alarm)

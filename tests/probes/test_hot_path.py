@@ -1,6 +1,5 @@
 """The default sample's shortcuts against reality: counts reused for at most their
-maximum age, gc statistics re-read after every collection, the Prober's plain path
-giving what the general path gives."""
+maximum age, gc statistics re-read after every collection."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import time
 import pytest
 
 import memprobe
-from memprobe._flatcode import compile_flat_sampler
 from memprobe.probes.gc import GcProbe
 from memprobe.probes.process import DEFAULT_COUNT_MAX_AGE_SECONDS, ProcessProbe
 
@@ -26,17 +24,12 @@ def test_count_max_age_seconds_refuses_bad_values(bad: object) -> None:
         memprobe.Prober({"process": {"count_max_age_seconds": bad}})
 
 
-@pytest.mark.parametrize("flat", [True, False])
-def test_counts_every_sample_with_max_age_zero(tmp_path, flat: bool) -> None:
+def test_counts_every_sample_with_max_age_zero(tmp_path) -> None:
     probe = ProcessProbe(count_max_age_seconds=0)
     probe.start()
     try:
-        sample = compile_flat_sampler(probe._flat_code("memprobe/process/")) if flat else None
-
         def fds() -> int:
-            out = sample() if sample is not None else probe.sample()
-            assert out is not None
-            return out[FDS] if flat else out["num_fds"]
+            return dict(zip(probe.columns, probe.sample()))["num_fds"]
 
         before = fds()
         opened = [os.open(tmp_path / f"f{i}", os.O_RDONLY | os.O_CREAT) for i in range(3)]
@@ -107,12 +100,13 @@ def test_gc_statistics_are_read_again_after_each_collection() -> None:
             gc.callbacks.append(callback)
 
 
-def test_gc_flat_sampler_matches_gc_get_stats() -> None:
+def test_gc_rows_match_gc_get_stats() -> None:
     probe = GcProbe()
     probe.start()
     try:
-        sample = compile_flat_sampler(probe._flat_code("g/"))
-        assert sample is not None
+        def sample() -> dict[str, object]:
+            return {f"g/{k}": v for k, v in zip(probe.columns, probe.sample())}
+
         for _ in range(3):
             garbage = [[] for _ in range(1000)]
             for a, b in zip(garbage, garbage[1:]):
@@ -129,52 +123,3 @@ def test_gc_flat_sampler_matches_gc_get_stats() -> None:
                 assert out[f"g/gen{i}/uncollectable_count"] == st["uncollectable"]
     finally:
         probe.stop()
-
-
-def _same_keys_and_types(a: dict[str, object], b: dict[str, object]) -> None:
-    assert list(a) == list(b)
-    assert [type(v) for v in a.values()] == [type(v) for v in b.values()]
-
-
-def test_the_plain_path_gives_what_the_general_path_gives() -> None:
-    plain = memprobe.Prober(["process", "gc"], load_entrypoints=False).start()
-    general = memprobe.Prober(["process", "gc"], load_entrypoints=False,
-                              budget=1.0).start()  # a budget: the general path
-    try:
-        assert plain._plain is not None and general._plain is not None
-        a = plain.sample(step=1)
-        b = general.sample(step=1)
-        assert general.budget is not None
-        _same_keys_and_types(a, b)
-        assert a["memprobe/process/rss_bytes"] > 0
-        assert plain.history[-1].values == a and plain.history[-1].step == 1
-    finally:
-        plain.stop()
-        general.stop()
-
-
-@pytest.mark.parametrize("order", [["process", "gc"], ["gc", "process"]])
-def test_a_failing_flat_sampler_leaves_the_plain_path(tmp_path, order) -> None:
-    with pytest.warns(memprobe.ProbeFailedWarning), \
-            memprobe.Prober(order, load_entrypoints=False) as prober:
-        prober.sample()
-        assert prober._plain is not None
-        probe = prober.probe("process")
-        os.close(probe._statm)  # the kept fd is gone: pread fails
-        probe._statm = os.open(tmp_path, os.O_RDONLY)  # a directory: pread raises
-        values = prober.sample(step=3)
-        assert prober._plain is None  # the general path from now on
-        assert values["memprobe/errors/process"] == 1
-        assert "memprobe/gc/garbage_count" in values  # the other probe's values are kept
-        assert "memprobe/overhead/gc_seconds" in values
-        assert "memprobe/process/rss_bytes" not in values
-        assert prober.history[-1].values == values and prober.history[-1].step == 3
-
-
-def test_a_budget_set_later_takes_the_general_path() -> None:
-    with memprobe.Prober(["process", "gc"], load_entrypoints=False) as prober:
-        prober.sample()
-        prober.budget = 1e-9  # each probe may now run only once its cost has passed many times
-        prober.sample()
-        skipped = prober.sample()  # the budget spaces the probes out: none is due yet
-    assert "memprobe/process/rss_bytes" not in skipped

@@ -82,10 +82,12 @@ def test_without_ray_default_a_one_line_error_names_the_extra():
 
 
 def test_the_dashboard_command_writes_the_dashboard(tmp_path, capsys):
-    assert dashboard.main([]) == 0
+    from memprobe.cli import main
+
+    assert main(["grafana-dashboard"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == dashboard.dashboard_json()
-    assert dashboard.main(["-o", str(tmp_path / "d.json")]) == 0
+    assert main(["grafana-dashboard", "-o", str(tmp_path / "d.json")]) == 0
     assert json.loads((tmp_path / "d.json").read_text()) == out
     titles = " ".join(p["title"] for p in out["panels"])
     for needed in ("rss", "Python bytes", "growing", "Leak suspects", "file descriptors",

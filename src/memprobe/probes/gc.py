@@ -10,27 +10,17 @@ from collections.abc import Callable
 from typing import Any
 
 from .._errors import ConfigError, show
-from .._flatcode import FlatCode, Unusable, literal
 from ..hookspecs import hookimpl
 from ..metrics import Metric
 
 # Bound at import: a program that patches time.perf_counter must not break the callback.
 _perf_counter = time.perf_counter
 
-#: The flat sampler re-reads ``gc.get_stats()`` after every collection (seen by the
+#: ``sample()`` re-reads ``gc.get_stats()`` after every collection (seen by the
 #: probe's ``gc.callbacks`` hook) and at least this often, for collections that run
 #: no callbacks (CPython's collection on a failed allocation) and for a hook that
 #: something took out of ``gc.callbacks``.
 STATS_MAX_AGE_SECONDS = 1e-3
-
-
-def _gen_keys(i: int) -> tuple[str, str, str, str]:
-    g = f"gen{i}"
-    return (f"{g}/count", f"{g}/collections_count", f"{g}/collected_count",
-            f"{g}/uncollectable_count")
-
-
-_KEYS = tuple(_gen_keys(i) for i in range(8))
 
 
 class GcProbe:
@@ -74,10 +64,21 @@ class GcProbe:
             raise ConfigError("gc.blocks", f"must be a bool, got {show(blocks)}")
         self.collect = collect
         self.blocks = blocks
+        # With either option, the row's metrics in name order, as the keys of a mapping
+        # come out of flatten; None: the row as built.
+        self._order: tuple[int, ...] | None = None
+        if collect or blocks:
+            columns = _columns(len(gc.get_stats()), collect, blocks)
+            self._order = tuple(sorted(range(len(columns)), key=columns.__getitem__))
         self._t0 = 0.0
         self._spent = 0.0
         self._spent_reported = 0.0
         self._collections = 0  # collections that ended since start(), seen by the callback
+        # gc.get_stats() as of its last read (three numbers per generation), and the
+        # collections count and the clock at that read.
+        self._stats: tuple[int, ...] = ()
+        self._stats_collections = -1
+        self._stats_time = float("-inf")
         self._installed = False
         self._callback: Callable[[str, dict[str, Any]], None] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -112,77 +113,49 @@ class GcProbe:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_installed=False, _callback=None, _finalizer=None)
+        state.update(_installed=False, _callback=None, _finalizer=None, _stats_collections=-1)
         return state
 
-    def sample(self) -> dict[str, Any]:
-        # Flat keys (``gen0/count``): the same flat metrics as nested dicts, built faster.
-        out: dict[str, Any] = {}
-        if self.collect:
-            out["collected_now_count"] = gc.collect()
-        counts = gc.get_count()
-        n = len(counts)
-        for i, st in enumerate(gc.get_stats()):
-            k_count, k_collections, k_collected, k_uncollectable = (
-                _KEYS[i] if i < len(_KEYS) else _gen_keys(i)
-            )
-            out[k_collected] = st.get("collected", 0)
-            out[k_collections] = st.get("collections", 0)
-            out[k_count] = counts[i] if i < n else 0
-            out[k_uncollectable] = st.get("uncollectable", 0)
-        out["garbage_count"] = len(gc.garbage)
-        if self.blocks:
-            out["allocated_blocks"] = sys.getallocatedblocks()
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The metrics of the row ``sample()`` returns, in its order."""
+        columns = _columns(len(gc.get_stats()), self.collect, self.blocks)
+        return columns if self._order is None else tuple(columns[i] for i in self._order)
+
+    def sample(self) -> tuple[int | float, ...]:
+        """A row of :attr:`columns`. ``gc.get_stats()`` is read again only when a
+        collection has ended since the last read, or that read is older than
+        ``STATS_MAX_AGE_SECONDS``; the generation counts are read every time."""
+        collected_now = (gc.collect(),) if self.collect else ()
+        now = _perf_counter()
+        collections = self._collections
+        if collections != self._stats_collections or now - self._stats_time >= \
+                STATS_MAX_AGE_SECONDS:
+            self._stats = tuple(
+                st.get(k, 0) for st in gc.get_stats()
+                for k in ("collected", "collections", "uncollectable"))
+            self._stats_collections = collections
+            self._stats_time = now
         spent = self._spent
-        out["collection_seconds"] = spent - self._spent_reported
-        out["collection_seconds_total"] = spent
+        seconds = spent - self._spent_reported
         self._spent_reported = spent
-        return out
+        blocks = (sys.getallocatedblocks(),) if self.blocks else ()
+        row = (*collected_now, seconds, spent, len(gc.garbage), *gc.get_count(),
+               *self._stats, *blocks)
+        return row if self._order is None else tuple(row[i] for i in self._order)
 
 
-    def _flat_code(self, head: str) -> FlatCode | None:
-        """The flat sampler as source (``head`` is ``<prefix>/<name>/``), for CPython's
-        three generations. ``gc.get_stats()`` is read again only when a collection has
-        ended since the last read (see ``STATS_MAX_AGE_SECONDS``); the generation counts
-        are read in every sample."""
-        if self.collect or self.blocks or len(gc.get_count()) != 3 or len(gc.get_stats()) != 3:
-            return None
-        (a0, a1, a2, a3), (b0, b1, b2, b3), (c0, c1, c2, c3) = (
-            tuple(literal(head + k) for k in keys) for keys in _KEYS[:3])
-        k_seconds, k_total, k_garbage = (literal(head + m) for m in (
-            "collection_seconds", "collection_seconds_total", "garbage_count"))
-        body = f"""
-$counts = $get_count()
-if len($counts) != 3:
-    raise $Unusable
-$spent = $probe._spent
-$collections = $probe._collections
-if $collections != $read[0] or $now - $read[1] >= $max_age:
-    $stats = $get_stats()
-    if len($stats) != 3:
-        raise $Unusable
-    $s0, $s1, $s2 = $stats
-    $cache.clear()
-    $cache.update({{
-        {a2}: $s0["collected"], {a1}: $s0["collections"], {a3}: $s0["uncollectable"],
-        {b2}: $s1["collected"], {b1}: $s1["collections"], {b3}: $s1["uncollectable"],
-        {c2}: $s2["collected"], {c1}: $s2["collections"], {c3}: $s2["uncollectable"],
-    }})
-    $read[0] = $collections
-    $read[1] = $now
-$seconds = $spent - $probe._spent_reported
-$probe._spent_reported = $spent
-$n0, $n1, $n2 = $counts
-"""
-        items = (f"{k_seconds}: $seconds, {k_total}: $spent, {k_garbage}: len($garbage), "
-                 f"{a0}: $n0, {b0}: $n1, {c0}: $n2, **$cache")
-        # The statistics of CPython's three generations as of the last read: they change
-        # only in a collection, so they are read again only after one (or when too old);
-        # read holds self._collections and the clock at that read.
-        return FlatCode(body, items, {
-            "probe": self, "get_count": gc.get_count, "get_stats": gc.get_stats,
-            "garbage": gc.garbage, "Unusable": Unusable, "max_age": STATS_MAX_AGE_SECONDS,
-            "cache": {}, "read": [-1, float("-inf")]})
+def _columns(generations: int, collect: bool, blocks: bool) -> tuple[str, ...]:
+    """The metrics of the gc probe's row for ``generations`` generations, in its order:
+    what changes in every sample first, each generation's statistics after."""
+    return (
+        *(("collected_now_count",) if collect else ()),
+        "collection_seconds", "collection_seconds_total", "garbage_count",
+        *(f"gen{i}/count" for i in range(generations)),
+        *(f"gen{i}/{stat}_count" for i in range(generations)
+          for stat in ("collected", "collections", "uncollectable")),
+        *(("allocated_blocks",) if blocks else ()),
+    )
 
 
 def _make_callback(

@@ -7,9 +7,7 @@ import sys
 import time
 from typing import Any
 
-from .. import _pid
 from .._errors import ConfigError, show
-from .._flatcode import FlatCode, Unusable, literal
 from .._pid import current_pid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
@@ -30,7 +28,13 @@ def resident_bytes() -> int:
             return int(psutil.Process().memory_info().rss)
         except Exception:  # no reading
             return 0
+
+
 _perf_counter = time.perf_counter
+
+#: The metrics of a row read from ``/proc``, in the order ``sample()`` gives them.
+_COLUMNS = ("data_bytes", "num_fds", "num_threads", "rss_bytes", "shared_bytes", "vms_bytes")
+_COLUMNS_NO_FDS = tuple(c for c in _COLUMNS if c != "num_fds")
 
 #: The default ``count_max_age_seconds``: fds and threads are re-counted when the
 #: last count is older than this (100 µs). A loop that samples less often than
@@ -92,7 +96,7 @@ class ProcessProbe:
 
     # Set before the options are checked, so that a probe refused by a bad option
     # has nothing to close when it is collected.
-    _statm = _stat = _fd_dirfd = _task_fd = _flat_in = -1
+    _statm = _stat = _fd_dirfd = _task_fd = -1
     _proc: Any = None
 
     def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None,
@@ -148,8 +152,6 @@ class ProcessProbe:
             self._proc = psutil.Process(pid)
         self._opened_in = current_pid()
         self._counted_at = float("-inf")  # the counts taken before belong to another process
-        if self._statm >= 0 and self._task_fd >= 0 and (self._fd_dirfd >= 0 or not self.fds):
-            self._flat_in = self._opened_in  # the flat sampler's fds are open here
 
     def _close(self) -> None:
         for fd in (self._statm, self._stat, self._fd_dirfd, self._task_fd):
@@ -159,7 +161,6 @@ class ProcessProbe:
                 except OSError:
                     pass
         self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
-        self._flat_in = -1
         self._proc = None
 
     def __del__(self) -> None:
@@ -167,21 +168,22 @@ class ProcessProbe:
 
     def __getstate__(self) -> dict[str, Any]:  # kept fds and psutil objects do not pickle
         state = self.__dict__.copy()
-        state.update(_proc=None, _statm=-1, _stat=-1, _fd_dirfd=-1, _task_fd=-1, _opened_in=-1,
-                     _flat_in=-1)
+        state.update(_proc=None, _statm=-1, _stat=-1, _fd_dirfd=-1, _task_fd=-1, _opened_in=-1)
         return state
 
     # -- sampling ----------------------------------------------------------
-    def sample(self) -> dict[str, int]:
+    def sample(self) -> tuple[int, ...] | dict[str, int]:
+        """A row of :attr:`columns` where ``/proc`` is read (Linux, without ``full``),
+        else a flat mapping."""
         if self._opened_in != current_pid():  # started lazily, or forked since
             self._opened_in = -1
             # the parent's fds: do not close them
             self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
             self._open()
-        if self._statm >= 0:
-            out = self._sample_proc()
-        else:
-            out = self._sample_psutil()
+        if self._statm >= 0 and not self.full:
+            return self._sample_proc()
+        out = self._sample_psutil() if self._statm < 0 else dict(
+            zip(self.columns, self._sample_proc()))
         if self.full:
             info = self._proc.memory_full_info()
             out["uss_bytes"] = info.uss
@@ -190,42 +192,13 @@ class ProcessProbe:
                 out["swap_bytes"] = info.swap
         return out
 
-    def _flat_code(self, head: str) -> FlatCode | None:
-        """The flat sampler as source (``head`` is ``<prefix>/<name>/``): the same values
-        as ``sample()`` under their final keys, in the same (sorted) order. It raises
-        ``Unusable`` when the kept fds are not open in this process."""
-        if self.full:
-            return None
-        k = {m: literal(head + m) for m in ("data_bytes", "num_fds", "num_threads", "rss_bytes",
-                                          "shared_bytes", "vms_bytes")}
-        fds = self.fds
-        body = """
-if $probe._flat_in != $pid_box[0]:  # not opened in this process, or no kept fds
-    raise $Unusable
-$f = $pread($probe._statm, 256, 0).split()
-if $now - $probe._counted_at >= $max_age:
-    $probe._threads = $fstat($probe._task_fd).st_nlink - 2
-""" + ("    $probe._nfds = $fstat($probe._fd_dirfd).st_size\n" if fds else "") + """\
-    $probe._counted_at = $now
-"""
-        # statm: size resident shared text lib data dt, in pages
-        items = (f"{k['data_bytes']}: int($f[5]) * $page, "
-                 + (f"{k['num_fds']}: $probe._nfds, " if fds else "")
-                 + f"{k['num_threads']}: $probe._threads, {k['rss_bytes']}: int($f[1]) * $page, "
-                 f"{k['shared_bytes']}: int($f[2]) * $page, {k['vms_bytes']}: int($f[0]) * $page")
-        return FlatCode(body, items, {
-            "probe": self, "pid_box": _pid._current, "Unusable": Unusable, "pread": os.pread,
-            "fstat": os.fstat, "page": _PAGE, "max_age": self.count_max_age_seconds})
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The metrics of a row that ``sample()`` returns, in its order."""
+        return _COLUMNS if self.fds else _COLUMNS_NO_FDS
 
-    def _sample_proc(self) -> dict[str, int]:
+    def _sample_proc(self) -> tuple[int, ...]:
         f = os.pread(self._statm, 256, 0).split()
-        # statm: size resident shared text lib data dt, in pages
-        out = {
-            "rss_bytes": int(f[1]) * _PAGE,
-            "vms_bytes": int(f[0]) * _PAGE,
-            "shared_bytes": int(f[2]) * _PAGE,
-            "data_bytes": int(f[5]) * _PAGE,
-        }
         now = _perf_counter()
         if now - self._counted_at >= self.count_max_age_seconds:
             if self._task_fd >= 0:
@@ -240,10 +213,12 @@ if $now - $probe._counted_at >= $max_age:
                 else:
                     self._nfds = len(os.listdir(self._fd_dir))
             self._counted_at = now
-        out["num_threads"] = self._threads
+        # statm: size resident shared text lib data dt, in pages; the order of _COLUMNS
         if self.fds:
-            out["num_fds"] = self._nfds
-        return out
+            return (int(f[5]) * _PAGE, self._nfds, self._threads, int(f[1]) * _PAGE,
+                    int(f[2]) * _PAGE, int(f[0]) * _PAGE)
+        return (int(f[5]) * _PAGE, self._threads, int(f[1]) * _PAGE, int(f[2]) * _PAGE,
+                int(f[0]) * _PAGE)
 
     def _threads_from_stat(self) -> int:
         stat = os.pread(self._stat, 1024, 0)
