@@ -198,7 +198,7 @@ class PhaseMixin:
         point that the process's next allocations reuse. Counted as kept for good,
         it would hide that much of the leak that opened it.
         """
-        from .probes.process import resident_bytes
+        from ._alarm import check_memory_bytes as resident_bytes
 
         before = resident_bytes()
         judged = False
@@ -237,6 +237,9 @@ class PhaseMixin:
         options.setdefault("prefix", self.prefix)
         keep = judged_keys(options["prefix"], options.get("metrics"), options.get("sites", True))
         with self._lock:  # the history is read as it is judged, one sample at a time
+            if self.alarm is not None and options["prefix"] == self.prefix:
+                # The alarm's tiers: the whole run at every scale, as the alarm judges it.
+                options.setdefault("tiers", self.alarm.absorb(self.history, self.prefix))
             return analyze_samples(self.history.select(keep), **options)
 
     def _finish_capture(self, alarm: LeakAlarm, now: float, step: int | None,
