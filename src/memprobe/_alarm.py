@@ -242,7 +242,7 @@ class LeakAlarm:
 
         :returns: the verdicts that alarmed at this check.
         """
-        report = self._with_forecast(report)
+        report = self.forecast(report)
         self.latest = self._with_culprits(report)
         if self._capture is not None:
             self._capture.maybe_start(self._near_oom(report))
@@ -266,11 +266,12 @@ class LeakAlarm:
             self._capture.maybe_start(fired)
         return fired
 
-    def _with_forecast(self, report: Report) -> Report:
-        """``report`` with ``hours_to_oom`` on a growing resident size."""
+    def forecast(self, report: Report) -> Report:
+        """``report`` with ``hours_to_oom`` on a growing resident size (judged leaking or
+        growing slightly), forecast against this process's :func:`memprobe.oom_headroom`."""
         key = next((k for k, v in report.verdicts.items()
                     if v.metric == "process/rss_bytes" and v.status in ("leak", "slight")
-                    and (v.rate_per_hour or 0) > 0), None)
+                    and (v.rate_per_hour or 0) > 0 and v.hours_to_oom is None), None)
         if key is None:
             return report
         headroom = oom_headroom()

@@ -237,10 +237,12 @@ class PhaseMixin:
         options.setdefault("prefix", self.prefix)
         keep = judged_keys(options["prefix"], options.get("metrics"), options.get("sites", True))
         with self._lock:  # the history is read as it is judged, one sample at a time
-            if self.alarm is not None and options["prefix"] == self.prefix:
-                # The alarm's tiers: the whole run at every scale, as the alarm judges it.
-                options.setdefault("tiers", self.alarm.absorb(self.history, self.prefix))
-            return analyze_samples(self.history.select(keep), **options)
+            alarm = self.alarm
+            if alarm is None or options["prefix"] != self.prefix:
+                return analyze_samples(self.history.select(keep), **options)
+            # The alarm's tiers: the whole run at every scale, as the alarm judges it.
+            options.setdefault("tiers", alarm.absorb(self.history, self.prefix))
+            return alarm.forecast(analyze_samples(self.history.select(keep), **options))
 
     def _finish_capture(self, alarm: LeakAlarm, now: float, step: int | None,
                         pid: int) -> None:
