@@ -62,6 +62,7 @@ def test_leak_alarm_confirms_before_alarming() -> None:
     alarm = memprobe.LeakAlarm(fired.append, check_every=2, confirmations=2,
                                evidence_samples=2)
     assert [alarm.tick() for _ in range(4)] == [False, True, False, True]
+    alarm.reset()
 
     class FakeReport:  # the attributes the alarm reads
         def __init__(self, keys):

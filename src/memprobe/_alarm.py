@@ -72,10 +72,11 @@ class LeakAlarm:
     A metric alarms when it is judged leaking at ``confirmations`` checks in a
     row (a transient, such as an allocator step after a plateau, rarely lasts
     two checks: docs/leaks.md has the false-alarm rates), and only once. A count
-    of live objects needs one check more. Only checks at least ``evidence_samples``
-    samples apart count toward the row (the others neither add to it nor break
-    it): two checks a few samples apart judge nearly the same data, so how often
-    the alarm checks does not change how often it cries wolf.
+    of live objects needs one check more. Checks are at least ``evidence_samples``
+    samples apart (:meth:`tick` waits for the first multiple of ``check_every``
+    after that): two checks a few samples apart judge nearly the same data, so
+    how often the alarm checks does not change how often it cries wolf, nor what
+    the checks cost.
 
     The alarm keeps the judged whole-process metrics at every time scale
     (:attr:`tiers`, fed with the samples new at each check, in bounded memory),
@@ -233,9 +234,12 @@ class LeakAlarm:
         return self.tiers
 
     def tick(self) -> bool:
-        """Count one sample; True when a check is due."""
+        """Count one sample; True when a check is due: at a multiple of ``check_every``
+        samples, once ``evidence_samples`` samples came since the last check (a check
+        sooner would judge nearly the same data and could not count)."""
         self._samples += 1
-        return self._samples % self.check_every == 0
+        n = self._samples
+        return n % self.check_every == 0 and n - self._counted >= self.evidence_samples
 
     def check(self, report: Report) -> list[Verdict]:
         """Take the verdicts of a check; alarm for each metric newly confirmed leaking.

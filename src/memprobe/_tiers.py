@@ -4,9 +4,11 @@ The last :data:`RAW` points are kept as they are. Older ones are kept in
 :data:`TIERS` coarser tiers, each a ring of :data:`BINS` bins: a bin of tier 1
 is the median of :data:`FIRST` consecutive points, a bin of tier ``k + 1`` the
 median of :data:`FACTOR` consecutive bins of tier ``k`` (x, time and value each).
-So tier ``k`` spans the last ``BINS * FIRST * FACTOR**(k-1)`` points: 1,024,
-4,096, 16,384... The top tier never drops a bin: when full, it merges its bins
-two by two and doubles their width, so it always spans the whole run.
+So tier ``k`` (from 0) spans the last ``BINS * FIRST * FACTOR**k`` points: 2,048,
+8,192, 32,768... The top tier never drops a bin: when full, it merges its bins
+two by two and doubles their width, so it always spans the whole run. A tier is
+judged once it has 40 bins, when the tier below it has wrapped no more than a
+fifth of the run ago: the longest scale judged always spans at least 80% of the run.
 
 A check can judge the last minutes (the raw points), the last hours (a middle
 tier) and the whole run (the top tier) in the same bounded memory: every
@@ -28,15 +30,15 @@ from ._sample import Sample
 from ._series import sample_series
 
 #: Points kept as they are (the shortest scale judged).
-RAW = 256
+RAW = 512
 #: Points per bin of tier 1.
 FIRST = 16
 #: Bins of tier ``k`` per bin of tier ``k + 1``.
 FACTOR = 4
 #: Bins each tier keeps.
-BINS = 64
+BINS = 128
 #: Coarser tiers; the top one spans the whole run.
-TIERS = 8
+TIERS = 7
 #: The memory of one series's arrays, allocated when it is made.
 BYTES_PER_SERIES = 8 * 3 * (RAW + FIRST + TIERS * BINS + (TIERS - 1) * FACTOR)
 

@@ -188,14 +188,14 @@ class Verdict:
         return s
 
 
-def _amount(v: float, key: str) -> str:
+def _amount(v: float, key: str, digits: int = 4) -> str:
     if not key.endswith("_bytes"):
-        return f"{v:+.4g}"
+        return f"{v:+.{digits}g}"
     a = abs(v)
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if a >= size:
-            return f"{v / size:+.4g} {unit}"
-    return f"{v:+.4g} B"
+            return f"{v / size:+.{digits}g} {unit}"
+    return f"{v:+.{digits}g} B"
 
 
 @dataclass(frozen=True)
@@ -398,7 +398,8 @@ def analyze(
         if rise > effect_sigmas * sigma and rise > min_growth and (
                 status == "ok" or rise > 4 * growth):
             status = "levelled"
-            note = f"grew {_amount(rise, key).lstrip('+')}, then stopped"
+            grew = median(uy[:m]) - min(ys[:m])  # from where it started
+            note = f"grew {_amount(grew, key, 3).lstrip('+')}, then stopped"
     return Verdict(key, status, slope, low, high, rate, used, k, growth, sigma,
                    note=note, prefix=prefix, step=step)
 
