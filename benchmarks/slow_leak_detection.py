@@ -16,7 +16,10 @@ truth.
 Prober's alarm (a probe that returns the next value; the adapter's defaults,
 and ``leak_check_every`` 2, 5 and 20): a warm-up then flat with allocator
 noise, plateaus that step up then stay, a sawtooth cache that fills and
-clears, bursty growth that stops. Prints the alarms per series (goal: 0).
+clears, bursty growth that stops (goal: 0 alarms); and a "long ramp" (8 MiB
+over the first 200 samples, then flat), which is a leak of 8% per 1,000 samples
+until it stops: it alarms, as it did before the tiers (main: at sample 51 with
+``leak_check_every=2``, 79 with 20).
 """
 
 from __future__ import annotations
@@ -70,6 +73,8 @@ def _healthy(kind: str, n: int, seed: int) -> list[float]:
     for i in range(n):
         noise = rng.gauss(0, 30_000) + 262_144 * rng.randrange(3)  # allocator pages
         if kind == "warm-up":
+            y = level + 8 * MIB * min(i, 40) / 40
+        elif kind == "long ramp":  # 1.6% of the process in 200 samples: a leak until it stops
             y = level + 8 * MIB * min(i, 200) / 200
         elif kind == "plateaus":
             y = level + 2 * MIB * min(i // 5000, 6)  # steps up that stop (after 30,000)
@@ -141,7 +146,7 @@ def main() -> None:
     print()
     print(f"| healthy series ({args.healthy:,} samples) | leak_check_every | alarms |")
     print("|---|---|---|")
-    for kind in ("warm-up", "plateaus", "sawtooth", "bursty"):
+    for kind in ("warm-up", "plateaus", "sawtooth", "bursty", "long ramp"):
         for every in (2, 5, 20):
             print(f"| {kind} | {every} | {false_alarms(kind, args.healthy, every, 1)} |",
                   flush=True)

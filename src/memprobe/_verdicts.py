@@ -336,8 +336,7 @@ def analyze(
         noise (Hamed-Rao, see :func:`memprobe.trend.autocorrelation_factor`).
     :param prefix: the prefix of ``key``, copied into the verdict.
     :param step: what one step is (``"sample"``, ``"call"``), for the reports.
-    :param min_rate_per_hour: with ``times``, a significant growth slower than this
-        per hour is ``"slight"``, not a leak.
+    :param min_rate_per_hour: with ``times``, a slower significant growth is ``"slight"``.
 
     A growth that the warm-up took and that then stopped is ``"levelled"``, with the
     note ``grew X, then stopped``, whatever its size: never ``"slight"`` or ``"ok"``.
