@@ -1,7 +1,7 @@
 """RLlib with the defaults and a slow leak of a few KiB per episode (issue 28).
 
 Run: ``flock /tmp/ray.lock python benchmarks/rllib_slow_leak.py [--kib 2 5 20]
-[--iterations 40]``.
+[--iterations 40] [--stop-at-alarm 5 20]``.
 
 PPO on CartPole (1 remote EnvRunner, 2,000 steps per iteration,
 ``MemoryProbeCallback.configure(jsonl=DIR)``, every other option at its default)
@@ -72,6 +72,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kib", type=int, nargs="+", default=[2, 5, 20])
     ap.add_argument("--iterations", type=int, default=40)
+    ap.add_argument("--stop-at-alarm", type=int, nargs="*", default=[],
+                    help="leaks (KiB) whose run stops at the first live alarm")
     args = ap.parse_args()
     import ray
 
@@ -82,7 +84,7 @@ def main() -> None:
           "| hours_to_oom | memprobe report on the EnvRunner's JSONL |")
     print("|---|---|---|---|---|")
     for kib in args.kib:
-        r = run(kib, args.iterations)
+        r = run(kib, args.iterations, stop_at_alarm=kib in args.stop_at_alarm)
         row = r["at_alarm"] or r["last"]
         rate = (row["process/rss_bytes/rate_per_hour"] or 0) / (1 << 20)
         print(f"| {kib} | {r['first'] or '-'} of {r['iterations']} | {rate:+.1f} | "

@@ -94,3 +94,26 @@ def test_a_forecast_under_the_threshold_opens_the_capture_before_the_alarm() -> 
     assert opened and not fired, fired  # opened before the alarm: 50 confirmations
     assert rss.hours_to_oom is not None and rss.hours_to_oom > 0
     assert "out of memory in" in rss.describe()
+
+
+def test_memprobe_report_on_the_file_gives_the_forecast_the_process_made(tmp_path) -> None:
+    """The check's forecast is in the sample after it (``leak/hours_to_oom``): ``memprobe
+    report`` shows it beside the rate, against the process's own limit."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "run.jsonl"
+    kept = []
+    with memprobe.Prober(["process"], sink=memprobe.JsonlSink(str(path)),
+                         on_leak=lambda v: None, capture_on_leak=False) as prober:
+        for i in range(300):
+            kept.append(bytearray(64 * 1024))
+            kept[-1][::4096] = b"\1" * 16
+            prober.sample(step=i)
+    samples = memprobe.read_samples(str(path))
+    assert any(s.values.get("memprobe/leak/hours_to_oom", -1) > 0 for s in samples)
+    rss = memprobe.analyze_samples(samples).get("process/rss_bytes")
+    assert rss.status == "leak" and rss.hours_to_oom is not None and rss.hours_to_oom > 0
+    out = subprocess.run([sys.executable, "-m", "memprobe", "report", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    assert "out of memory in" in out, out

@@ -275,7 +275,7 @@ class LeakAlarm:
         growing slightly), forecast against this process's :func:`memprobe.oom_headroom`."""
         key = next((k for k, v in report.verdicts.items()
                     if v.metric == "process/rss_bytes" and v.status in ("leak", "slight")
-                    and (v.rate_per_hour or 0) > 0 and v.hours_to_oom is None), None)
+                    and (v.rate_per_hour or 0) > 0), None)
         if key is None:
             return report
         headroom = oom_headroom()
@@ -284,6 +284,18 @@ class LeakAlarm:
         v = report.verdicts[key]
         v = dataclasses.replace(v, hours_to_oom=hours_to_oom(headroom.bytes, v.rate_per_hour))
         return dataclasses.replace(report, verdicts={**report.verdicts, key: v})
+
+    def check_values(self, prefix: str) -> dict[str, Number]:
+        """What the sample after a check records of it, so that a reader of the file
+        (``memprobe report``) has the forecast this process made against its own limit:
+        ``<prefix>/leak/hours_to_oom`` (-1 when its resident size is not growing)."""
+        from .keys import make_key
+
+        hours = -1.0
+        for v in self.latest.verdicts.values() if self.latest is not None else ():
+            if v.metric == "process/rss_bytes" and v.hours_to_oom is not None:
+                hours = float(v.hours_to_oom)
+        return {make_key(prefix, "leak", "hours_to_oom"): hours}
 
     def _near_oom(self, report: Report) -> list[Verdict]:
         """The verdicts whose forecast time to out-of-memory is under the threshold."""

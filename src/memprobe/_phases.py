@@ -95,6 +95,7 @@ class PhaseMixin:
         self._labels = None  # the label fields of the samples taken now
         self._check_retained = 0  # resident bytes the leak checks kept (_check_leaks)
         self._check_retained_due = False
+        self._check_values: dict[str, Number] = {}  # what the next sample carries of a check
         self._phases = []  # the open spans, outermost first
         #: The latest marks and span edges (at most :data:`MAX_MARKS`), oldest first.
         self.marks = deque(maxlen=MAX_MARKS)
@@ -212,6 +213,7 @@ class PhaseMixin:
             self._count_check_retained(before, resident_bytes())
             judged = True
             alarm.check(report)
+            self._check_values = alarm.check_values(self.prefix)
         except Warning:
             raise  # warnings turned into errors by the user's filters are theirs
         except Exception as exc:

@@ -65,6 +65,7 @@ class SamplingMixin:
     _window_probe_seconds: float
     _check_retained: int
     _check_retained_due: bool
+    _check_values: dict[str, Number]
     _key_sample_seconds: str
     _key_fraction: str
     _key_check_retained: str
@@ -345,6 +346,7 @@ class SamplingMixin:
         if self._check_retained_due:  # the leak check after the previous sample kept memory
             self._check_retained_due = False
             values[self._key_check_retained] = self._check_retained
+            values.update(self._check_values)  # the check's forecast, for readers of the file
             shape = -1
         if self._t_first:
             window = t3 - self._t_first

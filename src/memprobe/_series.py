@@ -11,6 +11,10 @@ from ._sample import Sample
 from .keys import make_key, short_key, site_name, split_key
 
 
+#: The forecast a live leak check records in the next sample (:meth:`LeakAlarm.check_values`).
+FORECAST = "leak/hours_to_oom"
+
+
 def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
                 sites: bool = True, own: bool = True) -> Callable[[str], bool]:
     """Which keys :func:`analyze_samples` reads: the metrics it judges, the site and
@@ -22,7 +26,7 @@ def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
     keys of memprobe's own memory.
     """
     wanted = set(metrics if metrics is not None else _kinds.DEFAULT_METRICS)
-    wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED))
+    wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED, FORECAST))
     if own:
         wanted.update(("tracemalloc/overhead_bytes", "overhead/check_retained_bytes"))
     seen: dict[str, bool] = {}

@@ -31,7 +31,7 @@ from . import _kinds
 from ._errors import ConfigError, show
 from ._scales import duration_words, judge_scales, scale_words
 from ._sample import Sample
-from ._series import judged_keys, sample_series, site_probe
+from ._series import FORECAST, judged_keys, sample_series, site_probe
 from ._tiers import Tiers
 from .keys import DEFAULT_PREFIX, infer_prefix, make_key, short_key, site_name
 from .trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
@@ -252,10 +252,7 @@ class Report:
         kind = self.kind
         return KINDS[kind] if kind else None
 
-    leak = has_leak  # the names of the first release
-    leaks = leaking
-    grew = leaking_metrics
-    suspects = culprits
+    leak, leaks, grew, suspects = has_leak, leaking, leaking_metrics, culprits  # 1st release
 
     def get(self, metric: str) -> Verdict | None:
         """The verdict on ``metric``, by full key or without prefix (``process/rss_bytes``)."""
@@ -469,9 +466,8 @@ def analyze_samples(
         few MiB in a 300-700 MiB RLlib process); the live alarm, ``prober.report()``,
         ``memprobe report`` and the RLlib adapter all judge with it, so they agree
         on the same data.
-    :param min_rate_fraction_per_hour: a ``_bytes`` metric whose samples have times and
-        that grows slower per hour than this fraction of the resident size is "growing
-        slightly" (default 0.2% per hour: 24 MiB a day in a 500 MiB process).
+    :param min_rate_fraction_per_hour: a ``_bytes`` metric (with times) growing slower per hour
+        than this fraction of the resident size is "growing slightly" (0.2%: 24 MiB a day of 500).
     :param step: what one sample stands for (``"sample"``, ``"call"``, ``"iteration"``).
     :param tiers: the whole-process metrics at every time scale (:class:`Tiers`) for a
         live alarm whose ``samples`` are the latest only; default: made from ``samples``.
@@ -542,6 +538,10 @@ def analyze_samples(
     sites_r, types_r = rank(site_v), rank(type_v)
     site_names = tuple(v.site or "" for v in sites_r if v.leaking)
     type_names = tuple(v.site or "" for v in types_r if v.leaking)
+    forecast = series.get(make_key(prefix, *FORECAST.split("/")))
+    rss_v = verdicts.get(make_key(prefix, "process", "rss_bytes"))
+    if forecast and forecast[1][-1] >= 0 and rss_v and rss_v.status in ("leak", "slight"):
+        verdicts[rss_v.key] = dataclasses.replace(rss_v, hours_to_oom=forecast[1][-1])
     by_metric = {v.metric: v for v in verdicts.values()}
     for k, v in list(verdicts.items()):
         if v.leaking:
