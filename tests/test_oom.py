@@ -3,6 +3,7 @@ machine), the forecast, and the capture it opens before the kill."""
 
 from __future__ import annotations
 
+import mmap
 import pathlib
 
 import psutil
@@ -67,6 +68,15 @@ def test_rays_memory_monitor_threshold(monkeypatch) -> None:
         _oom.ray_threshold()
 
 
+def _fresh_pages(size: int) -> mmap.mmap:
+    """``size`` bytes of new resident memory: an anonymous mapping, touched (the heap
+    may hold memory earlier tests freed, which a bytearray would reuse)."""
+    m = mmap.mmap(-1, size)
+    for i in range(0, size, mmap.PAGESIZE):
+        m[i] = 1
+    return m
+
+
 def test_hours_to_oom() -> None:
     assert _oom.hours_to_oom(3 << 30, 1 << 30) == 3.0
     assert _oom.hours_to_oom(1 << 30, 0.0) is None
@@ -84,8 +94,7 @@ def test_a_forecast_under_the_threshold_opens_the_capture_before_the_alarm() -> 
                          leak_confirmations=50) as prober:
         prober.alarm = alarm
         for i in range(200):
-            kept.append(bytearray(64 * 1024))
-            kept[-1][::4096] = b"\1" * 16
+            kept.append(_fresh_pages(64 * 1024))
             prober.sample(step=i)
             if alarm.capturing:
                 break
@@ -107,8 +116,7 @@ def test_memprobe_report_on_the_file_gives_the_forecast_the_process_made(tmp_pat
     with memprobe.Prober(["process"], sink=memprobe.JsonlSink(str(path)),
                          on_leak=lambda v: None, capture_on_leak=False) as prober:
         for i in range(300):
-            kept.append(bytearray(64 * 1024))
-            kept[-1][::4096] = b"\1" * 16
+            kept.append(_fresh_pages(64 * 1024))
             prober.sample(step=i)
     samples = memprobe.read_samples(str(path))
     assert any(s.values.get("memprobe/leak/hours_to_oom", -1) > 0 for s in samples)

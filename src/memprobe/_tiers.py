@@ -24,6 +24,7 @@ reads as the slope they make.
 from __future__ import annotations
 
 from array import array
+from typing import Any
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ._sample import Sample
@@ -105,7 +106,7 @@ class _Pending:
 class TieredSeries:
     """One metric's points at every scale (see the module docstring)."""
 
-    __slots__ = ("count", "raw", "_pending", "tiers")
+    __slots__ = ("count", "raw", "_pending", "pushes", "tiers", "verdicts")
 
     def __init__(self) -> None:
         self.count = 0  # points fed
@@ -113,6 +114,9 @@ class TieredSeries:
         self.tiers = [_Ring(BINS) for _ in range(TIERS)]
         # _pending[k]: the points (k = 0) or bins of tier k waiting for the next bin
         self._pending = [_Pending(FIRST)] + [_Pending(FACTOR) for _ in range(TIERS - 1)]
+        self.pushes = [0] * TIERS  # bins pushed into each tier: a tier unchanged is judged once
+        #: The latest verdict on each tier, with what it was judged with (see judge_scales).
+        self.verdicts: dict[int, tuple[Any, Any]] = {}
 
     def append(self, x: float, t: float, y: float) -> None:
         """Add one point (x: the step or sample index; t: unix seconds)."""
@@ -133,6 +137,7 @@ class TieredSeries:
             if top and tier.n == tier.size:
                 tier.halve()
             tier.push(x, t, y)
+            self.pushes[level] += 1
             if top:
                 return
             level += 1
@@ -147,8 +152,14 @@ class TieredSeries:
         """``(xs, times, ys)`` of each scale worth judging, shortest first: the raw points,
         then every tier with at least ``min_points`` bins that spans more than the scale
         before it."""
-        xs, ts, ys = self.raw.points()
-        yield xs, ts, ys
+        for _, points in self.tagged_scales(min_points):
+            yield points()
+
+    def tagged_scales(self, min_points: int) -> Iterator[tuple[tuple[int, int], Callable[
+            [], tuple[list[float], list[float], list[float]]]]]:
+        """:meth:`scales` as ``((tier, bins pushed), points)``: the tag is the same only for
+        the same points (the raw points: tier -1, and the count of points fed)."""
+        yield (-1, self.count), self.raw.points
         covered = self.raw.n
         if self.count <= covered:
             return
@@ -158,7 +169,7 @@ class TieredSeries:
             if tier.n < min_points or span <= covered:
                 continue
             covered = span
-            yield tier.points()
+            yield (k, self.pushes[k]), tier.points
 
 
 class Tiers:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from . import _kinds
 from ._errors import ConfigError, show
-from ._scales import duration_words, judge_scales, scale_words
+from ._scales import duration_words, floor_level, judge_scales, scale_words
 from ._sample import Sample
 from ._series import FORECAST, judged_keys, sample_series, site_probe
 from ._tiers import Tiers
@@ -59,8 +59,7 @@ STATUS_WORDS: Mapping[str, str] = {
     "insufficient": "not enough points",
 }
 
-KINDS = _kinds.KINDS
-DEFAULT_METRICS = _kinds.DEFAULT_METRICS
+KINDS, DEFAULT_METRICS = _kinds.KINDS, _kinds.DEFAULT_METRICS
 
 #: Option names :func:`analyze_samples` accepts (its own and :func:`analyze`'s),
 #: for callers that pass options through (``Prober(leak_options=...)``).
@@ -496,8 +495,7 @@ def analyze_samples(
         tiers = Tiers()
         tiers.add({k: c for k, c in series.items() if shorts[k] in wanted})
     whole = {k: short_key(k, prefix) for k in tiers.series}
-    rss = tiers.series.get(make_key(prefix, "process", "rss_bytes"))
-    rss_level = median(rss.raw.points()[2]) if rss is not None and rss.count else 0.0
+    rss_level = floor_level(tiers.series.get(make_key(prefix, "process", "rss_bytes")))
     floor = max(min_growth_bytes, min_growth_fraction * rss_level)
     min_points = options.get("min_points", 20)
     # The resident size less memprobe's own memory is only as exact as that estimate:
@@ -525,8 +523,10 @@ def analyze_samples(
     for key, short in whole.items():
         if short in wanted:
             th = _threshold(key, short, thresholds, threshold_per_step)
-            verdicts[key] = judge_scales(tiers.series[key], min_points,
-                                         lambda xs, ys, ts, k=key, th=th: judge(k, xs, ys, ts, th))
+            verdicts[key] = judge_scales(
+                tiers.series[key], min_points,
+                lambda xs, ys, ts, k=key, th=th: judge(k, xs, ys, ts, th),
+                (key, th, floor, resident_floor, rate_floor, step, prefix, repr(options)))
     for key, (xs, ys, ts) in series.items() if sites else ():
         group = {"tracemalloc": site_v, "objects": type_v}.get(site_probe(key, prefix) or "")
         if group is not None:
@@ -538,8 +538,8 @@ def analyze_samples(
     sites_r, types_r = rank(site_v), rank(type_v)
     site_names = tuple(v.site or "" for v in sites_r if v.leaking)
     type_names = tuple(v.site or "" for v in types_r if v.leaking)
-    forecast = series.get(make_key(prefix, *FORECAST.split("/")))
-    rss_v = verdicts.get(make_key(prefix, "process", "rss_bytes"))
+    forecast, rss_v = (series.get(make_key(prefix, *FORECAST.split("/"))),
+                       verdicts.get(make_key(prefix, "process", "rss_bytes")))
     if forecast and forecast[1][-1] >= 0 and rss_v and rss_v.status in ("leak", "slight"):
         verdicts[rss_v.key] = dataclasses.replace(rss_v, hours_to_oom=forecast[1][-1])
     by_metric = {v.metric: v for v in verdicts.values()}
