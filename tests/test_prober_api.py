@@ -58,19 +58,29 @@ def test_leak_alarm_confirms_before_alarming() -> None:
     from memprobe import Verdict
 
     fired = []
-    alarm = memprobe.LeakAlarm(fired.append, check_every=2, confirmations=2)
+    alarm = memprobe.LeakAlarm(fired.append, check_every=2, confirmations=2,
+                               evidence_samples=2)
     assert [alarm.tick() for _ in range(4)] == [False, True, False, True]
+    alarm.reset()
 
-    class FakeReport:  # the two attributes the alarm reads
+    class FakeReport:  # the attributes the alarm reads
         def __init__(self, keys):
+            self.verdicts = {}
             self.leaking = [Verdict.__new__(Verdict) for _ in keys]
             for v, k in zip(self.leaking, keys):
                 object.__setattr__(v, "key", k)
 
     alarm.check(FakeReport(["a"]))
     assert fired == []
+    alarm.check(FakeReport(["a"]))  # no new sample since the last check: not evidence
+    assert fired == []
+    alarm.tick()
+    alarm.check(FakeReport(["a"]))  # one new sample: still too little
+    assert fired == []
+    alarm.tick()
     alarm.check(FakeReport(["a"]))
     assert [v.key for v in fired] == ["a"] and alarm.alarmed == {"a"}
+    alarm.tick(), alarm.tick()
     alarm.check(FakeReport(["a"]))
     assert len(fired) == 1  # once per metric
     with pytest.raises(memprobe.ConfigError, match=r"leak_options\.warmpu"):

@@ -154,7 +154,8 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
     keep = []
     with memprobe.Prober(["process"], on_leak="warn", leak_check_every=10) as prober:
         with pytest.warns(memprobe.LeakWarning) as caught:
-            for i in range(60):  # a leak is told from a warm-up from 40 points on
+            for i in range(100):  # a leak is told from a warm-up from 40 points on;
+                # the checks that count toward the confirmations are 40 samples apart
                 keep.append(_fresh_mib())
                 prober.sample(step=i)
     messages = [str(w.message) for w in caught]
@@ -167,7 +168,7 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
 
     with memprobe.Prober(["process"], on_leak=broken, leak_check_every=5) as prober:
         with pytest.warns(memprobe.ProbeFailedWarning, match="leak_alarm"):
-            for i in range(50):
+            for i in range(100):
                 keep.append(_fresh_mib())
                 prober.sample(step=i)
     with pytest.raises(memprobe.ConfigError, match="on_leak"):
@@ -278,9 +279,11 @@ def test_alarm_fires_after_the_confirmations_in_a_row(confirmations: int) -> Non
                 report = memprobe.analyze_samples(list(prober.history),
                                                   metrics=["replay/level_bytes"])
                 checks.append(bool(report.get("replay/level_bytes").leak))
-    first = next(c for c in range(len(checks))
-                 if c + 1 >= confirmations and all(checks[c + 1 - confirmations: c + 1]))
-    assert fired == [10 * first + 9]  # once, at that check
+    # The checks that count toward the confirmations are 40 samples (4 checks) apart.
+    counted = checks[::4]
+    first = next(c for c in range(len(counted))
+                 if c + 1 >= confirmations and all(counted[c + 1 - confirmations: c + 1]))
+    assert fired == [40 * first + 9]  # once, at that check
     assert not any(checks[:5])  # the flat part never leaked, so the alarm waited for the leak
 
 
@@ -336,8 +339,8 @@ def test_tens_of_bytes_per_step_is_growing_slightly_not_a_leak() -> None:
     # step (800 KiB, 1%) is a leak; so is 40 B/step with no floor.
     assert memprobe.analyze_samples(_filtered(1024)).get(v.metric).status == "slight"
     assert memprobe.analyze_samples(_filtered(16384)).get(v.metric).leaking
-    assert memprobe.analyze_samples(_filtered(40), min_growth_bytes=0,
-                                    min_growth_fraction=0).get(v.metric).leaking
+    assert memprobe.analyze_samples(_filtered(40), min_growth_bytes=0, min_growth_fraction=0,
+                                    min_rate_fraction_per_hour=0).get(v.metric).leaking
 
 
 def test_the_floor_grows_with_the_process_size() -> None:

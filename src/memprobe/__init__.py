@@ -27,6 +27,9 @@ if TYPE_CHECKING:
     from ._flatten import flatten
     from ._alarm import LeakAlarm
     from ._history import History
+    from ._oom import Headroom
+    from ._oom import oom_headroom
+    from ._tiers import Tiers
     from ._options import DEFAULT_PROBES
     from ._phases import Mark
     from ._phase_growth import PhaseGrowth
@@ -70,6 +73,9 @@ _LAZY = {
     "flatten": "._flatten",
     "LeakAlarm": "._alarm",
     "History": "._history",
+    "Headroom": "._oom",
+    "oom_headroom": "._oom",
+    "Tiers": "._tiers",
     "DEFAULT_PROBES": "._options",
     "Mark": "._phases",
     "PhaseGrowth": "._phase_growth",
@@ -141,6 +147,7 @@ __all__ = [
     "KINDS",
     "LEAK_OPTIONS",
     "ConfigError",
+    "Headroom",
     "History",
     "JsonlReadError",
     "JsonlRecord",
@@ -167,6 +174,7 @@ __all__ = [
     "SinkInfo",
     "SiteKeyCap",
     "SiteMap",
+    "Tiers",
     "Verdict",
     "analyze",
     "analyze_samples",
@@ -178,6 +186,7 @@ __all__ = [
     "hookspec",
     "iter_records",
     "make_key",
+    "oom_headroom",
     "parse_probes",
     "phase_growth",
     "read_samples",

@@ -39,9 +39,10 @@ def make_alarm(on_leak: OnLeak | None, check_every: int, confirmations: int,
 
 
 def judge_history(history: History, lock: contextlib.AbstractContextManager[Any], prefix: str,
-                  **options: Any) -> Report:
+                  alarm: LeakAlarm | None, /, **options: Any) -> Report:
     """Leak verdicts on ``history``, judged with ``prefix`` (``Prober.report()``), read
-    under ``lock``.
+    under ``lock``; with the Prober's ``alarm``, at every time scale of the alarm's
+    tiers (the whole run), with its forecast of the time to out-of-memory.
 
     Options go to :func:`memprobe.analyze_samples` (``thresholds``,
     ``warmup``, ``min_points``...).
@@ -51,7 +52,10 @@ def judge_history(history: History, lock: contextlib.AbstractContextManager[Any]
     options.setdefault("prefix", prefix)
     keep = judged_keys(options["prefix"], options.get("metrics"), options.get("sites", True))
     with lock:  # the history is read as it is judged, one sample at a time
-        return analyze_samples(history.select(keep), **options)
+        if alarm is None or options["prefix"] != prefix:
+            return analyze_samples(history.select(keep), **options)
+        options.setdefault("tiers", alarm.absorb(history, prefix))
+        return alarm.forecast(analyze_samples(history.select(keep), **options))
 
 
 class AlarmChecks:
@@ -73,6 +77,7 @@ class AlarmChecks:
         self._failed = failed
         self.check_retained = 0
         self.check_retained_due = False
+        self.check_values: dict[str, Number] = {}  # what the next sample carries of a check
         self._key_check_retained = make_key(prefix, "overhead", "check_retained_bytes")
 
     def after_sample(self, now: float, step: int | None, pid: int) -> Sample | None:
@@ -91,15 +96,18 @@ class AlarmChecks:
         if self.check_retained_due:
             self.check_retained_due = False
             values[self._key_check_retained] = self.check_retained
+            values.update(self.check_values)  # the check's forecast, for readers of the file
 
     def reset(self) -> None:
         """Forget every check (a forked child judges its own samples only)."""
         self.alarm.reset()  # a capture the parent had open is abandoned
         self.check_retained = 0
         self.check_retained_due = False
+        self.check_values = {}
 
     def report(self, **options: Any) -> Report:
-        return judge_history(self._history, contextlib.nullcontext(), self.prefix, **options)
+        return judge_history(self._history, contextlib.nullcontext(), self.prefix, self.alarm,
+                             **options)
 
     def _check_leaks(self, alarm: LeakAlarm) -> None:
         """The leak alarm's check: never raises into the caller's loop.
@@ -116,7 +124,7 @@ class AlarmChecks:
         point that the process's next allocations reuse. Counted as kept for good,
         it would hide that much of the leak that opened it.
         """
-        from .probes.process import resident_bytes
+        from ._alarm import check_memory_bytes as resident_bytes
 
         before = resident_bytes()
         judged = False
@@ -130,6 +138,7 @@ class AlarmChecks:
             self._count_check_retained(before, resident_bytes())
             judged = True
             alarm.check(report)
+            self.check_values = alarm.check_values(self.prefix)
         except Warning:
             raise  # warnings turned into errors by the user's filters are theirs
         except Exception as exc:

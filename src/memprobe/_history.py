@@ -246,14 +246,14 @@ class History(Sequence[Sample]):
         for j in range(self._len):
             yield self._sample(self._row(j))
 
-    def select(self, keep: Callable[[str], bool]) -> Iterator[Sample]:
-        """The samples, oldest first, with only the keys ``keep`` accepts.
+    def select(self, keep: Callable[[str], bool], start: int = 0) -> Iterator[Sample]:
+        """The samples from index ``start``, oldest first, with only the keys ``keep`` accepts.
 
         One small dict at a time: reading a few metrics of a long history costs
         memory for those alone, not a dict of every key of every sample.
         """
         picks: dict[int, tuple[tuple[str, ...], tuple[int, ...]]] = {}
-        for j in range(self._len):
+        for j in range(max(0, start), self._len):
             row = self._row(j)
             i = self._rows[row]
             if i == _ASIDE:

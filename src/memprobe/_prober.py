@@ -482,7 +482,7 @@ class Prober:
         Options go to :func:`memprobe.analyze_samples` (``thresholds``,
         ``warmup``, ``min_points``...).
         """
-        return judge_history(self.history, self._lock, self.prefix, **options)
+        return judge_history(self.history, self._lock, self.prefix, self.alarm, **options)
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` for one metric over ``history``; x is the step, or the sample index."""

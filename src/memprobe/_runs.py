@@ -243,10 +243,14 @@ def verdict_text(m: MetricSummary) -> str:
     v = m.verdict
     if v is None:
         return "-"
+    # The forecast the process made at its last check against its own memory limit.
+    oom = "" if v.hours_to_oom is None else f", out of memory in {v.hours_to_oom:.3g} h"
     if v.status == "leak":
         if v.rate_per_hour is not None:
-            return f"LEAK {fmt(v.rate_per_hour, m.unit, True)}/h"
+            return f"LEAK {fmt(v.rate_per_hour, m.unit, True)}/h{oom}"
         return f"LEAK {fmt(v.slope_per_step, m.unit, True)}/step"
+    if v.status == "slight" and v.rate_per_hour is not None:
+        return f"growing slightly {fmt(v.rate_per_hour, m.unit, True)}/h{oom}"
     if v.status == "insufficient":
         return "too few samples"
     return STATUS_WORDS.get(v.status, str(v.status))

@@ -11,18 +11,24 @@ from ._sample import Sample
 from .keys import make_key, short_key, site_name, split_key
 
 
+#: The forecast a live leak check records in the next sample (:meth:`LeakAlarm.check_values`).
+FORECAST = "leak/hours_to_oom"
+
+
 def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
-                sites: bool = True) -> Callable[[str], bool]:
+                sites: bool = True, own: bool = True) -> Callable[[str], bool]:
     """Which keys :func:`analyze_samples` reads: the metrics it judges, the site and
     type keys (with ``sites``), and what it subtracts as memprobe's own memory.
 
     A Prober judging its history reads only these (:meth:`History.select`): the
     rest (growth, gc details, peaks) would make each check's temporary memory
-    grow with the history, until the history is full.
+    grow with the history, until the history is full. ``own=False`` leaves out the
+    keys of memprobe's own memory.
     """
     wanted = set(metrics if metrics is not None else _kinds.DEFAULT_METRICS)
-    wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED,
-                   "tracemalloc/overhead_bytes", "overhead/check_retained_bytes"))
+    wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED, FORECAST))
+    if own:
+        wanted.update(("tracemalloc/overhead_bytes", "overhead/check_retained_bytes"))
     seen: dict[str, bool] = {}
 
     def keep(key: str) -> bool:
@@ -34,7 +40,8 @@ def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
     return keep
 
 
-def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], bool]
+def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], bool],
+                  carry: list[float] | None = None
             ) -> tuple[dict[str, tuple[array[float], array[float], array[float]]], array[float],
                        float]:
     """``{key: (xs, ys, times)}``; the resident sizes less memprobe's own memory.
@@ -46,6 +53,10 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
     (``overhead/check_retained_bytes``). Each sample's resident size is judged less the latest of
     these, so a Prober that fills its history is not the user's leak. Also returns
     that own memory at each sample, and the latest of what the checks kept.
+
+    :param carry: for a series read in parts (a live alarm reads the samples new
+        since its last check): ``[samples read before, tracemalloc's own memory, the
+        checks' own memory]``, read at the start and updated at the end.
     """
     out: dict[str, tuple[array[float], array[float], array[float]]] = {}
     overhead_key = make_key(prefix, "tracemalloc", "overhead_bytes")
@@ -53,9 +64,11 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
     filtered_key = make_key(prefix, *_kinds.FILTERED.split("/"))
     resident = {make_key(prefix, "process", m) for m in _kinds.RESIDENT}
     checks_key = make_key(prefix, "overhead", "check_retained_bytes")
-    traced_own = checks_own = own = 0.0
+    first, traced_own, checks_own = carry if carry is not None else (0.0, 0.0, 0.0)
+    own = traced_own + checks_own
+    i = int(first) - 1
     owns: array[float] = array("d")
-    for i, s in enumerate(samples):
+    for i, s in enumerate(samples, int(first)):
         x = float(s.step if s.step is not None else i)
         values = s.values
         if overhead_key in values:
@@ -77,6 +90,8 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
             t[0].append(x)
             t[1].append(float(v) - own if k in resident else float(v))
             t[2].append(s.time_seconds)
+    if carry is not None:
+        carry[:] = [float(i + 1), traced_own, checks_own]
     return out, owns, checks_own
 
 

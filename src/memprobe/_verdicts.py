@@ -29,8 +29,10 @@ from typing import Any, Literal
 
 from . import _kinds
 from ._errors import ConfigError, show
+from ._scales import duration_words, floor_level, judge_scales, scale_words
 from ._sample import Sample
-from ._series import judged_keys, sample_series, site_probe
+from ._series import FORECAST, judged_keys, sample_series, site_probe
+from ._tiers import Tiers
 from .keys import DEFAULT_PREFIX, infer_prefix, make_key, short_key, site_name
 from .trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
 
@@ -57,15 +59,14 @@ STATUS_WORDS: Mapping[str, str] = {
     "insufficient": "not enough points",
 }
 
-KINDS = _kinds.KINDS
-DEFAULT_METRICS = _kinds.DEFAULT_METRICS
+KINDS, DEFAULT_METRICS = _kinds.KINDS, _kinds.DEFAULT_METRICS
 
 #: Option names :func:`analyze_samples` accepts (its own and :func:`analyze`'s),
 #: for callers that pass options through (``Prober(leak_options=...)``).
 LEAK_OPTIONS = frozenset({
     "metrics", "thresholds", "threshold_per_step", "sites", "min_growth_bytes",
     "min_growth_fraction", "step", "warmup", "min_points", "confidence", "effect_sigmas",
-    "max_points", "autocorrelation",
+    "max_points", "autocorrelation", "min_rate_fraction_per_hour",
 })
 
 _LATE_MIN_POINTS = 10  # points the last-half check of analyze() needs
@@ -102,6 +103,12 @@ class Verdict:
     :ivar kind: the kind of growth of a leak (a key of :data:`KINDS`), or None.
     :ivar prefix: the prefix of ``key`` (``memprobe``).
     :ivar step: what one step is: ``"sample"`` or ``"call"``.
+    :ivar span_points: the steps the scale judged spans (the last ``span_points``
+        steps; 0 when the whole series was judged at one scale).
+    :ivar span_seconds: the wall time that scale spans, when the samples have times.
+    :ivar hours_to_oom: at ``rate_per_hour``, the hours until the process reaches its
+        nearest memory limit (:func:`memprobe.oom_headroom`); set by the live alarm
+        on ``process/rss_bytes``, None when not growing or unknown.
     """
 
     key: str
@@ -120,6 +127,9 @@ class Verdict:
     prefix: str = ""
     step: str = "sample"
     holders: tuple[str, ...] = ()
+    span_points: int = 0
+    span_seconds: float | None = None
+    hours_to_oom: float | None = None
 
     @property
     def leaking(self) -> bool:
@@ -159,7 +169,13 @@ class Verdict:
             )
             if self.rate_per_hour is not None:
                 s += f", {_amount(self.rate_per_hour, self.key)}/hour"
-        s += f" over {self.n_points} {self.step}s (warm-up {self.warmup_points})"
+        if self.span_points:
+            s += f" {scale_words(self.span_points, self.span_seconds, self.step)}"
+        else:
+            s += f" over {self.n_points} {self.step}s"
+        s += f" (warm-up {self.warmup_points})"
+        if self.hours_to_oom is not None:
+            s += f"; out of memory in {duration_words(self.hours_to_oom * 3600)} at this rate"
         if self.kind:
             s += f"; kind: {self.kind}"
         if self.culprits:
@@ -171,14 +187,14 @@ class Verdict:
         return s
 
 
-def _amount(v: float, key: str) -> str:
+def _amount(v: float, key: str, digits: int = 4) -> str:
     if not key.endswith("_bytes"):
-        return f"{v:+.4g}"
+        return f"{v:+.{digits}g}"
     a = abs(v)
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if a >= size:
-            return f"{v / size:+.4g} {unit}"
-    return f"{v:+.4g} B"
+            return f"{v / size:+.{digits}g} {unit}"
+    return f"{v:+.{digits}g} B"
 
 
 @dataclass(frozen=True)
@@ -235,10 +251,7 @@ class Report:
         kind = self.kind
         return KINDS[kind] if kind else None
 
-    leak = has_leak  # the names of the first release
-    leaks = leaking
-    grew = leaking_metrics
-    suspects = culprits
+    leak, leaks, grew, suspects = has_leak, leaking, leaking_metrics, culprits  # 1st release
 
     def get(self, metric: str) -> Verdict | None:
         """The verdict on ``metric``, by full key or without prefix (``process/rss_bytes``)."""
@@ -298,6 +311,7 @@ def analyze(
     autocorrelation: bool = True,
     prefix: str = "",
     step: str = "sample",
+    min_rate_per_hour: float = 0.0,
 ) -> Verdict:
     """Judge whether the series ``ys`` over ``xs`` (steps) grows.
 
@@ -318,6 +332,10 @@ def analyze(
         noise (Hamed-Rao, see :func:`memprobe.trend.autocorrelation_factor`).
     :param prefix: the prefix of ``key``, copied into the verdict.
     :param step: what one step is (``"sample"``, ``"call"``), for the reports.
+    :param min_rate_per_hour: with ``times``, a slower significant growth is ``"slight"``.
+
+    A growth that the warm-up took and that then stopped is ``"levelled"``, with the
+    note ``grew X, then stopped``, whatever its size: never ``"slight"`` or ``"ok"``.
     """
     _check_series(key, xs, ys)
     if not 0 < confidence < 1:
@@ -359,19 +377,26 @@ def analyze(
             if late_low <= threshold_per_step or late < _LATE_FRACTION * slope:
                 status = "levelled"
                 break
-        if status == "leak" and growth < min_growth:
+        if status == "leak" and (growth < min_growth or (
+                rate is not None and rate < min_rate_per_hour)):
             status = "slight"
         elif status == "leak" and warmup == "auto" and n < 2 * min_points:
             status = "insufficient"  # too few points to tell this growth from a warm-up
     else:
         status = "ok"
-        if k:
-            m = min(5, k)
-            rise = median(uy[:m]) - median(ys[:m])
-            if rise > effect_sigmas * sigma and rise > min_growth:
-                status = "levelled"
+    note = ""
+    if k and status in ("ok", "slight"):
+        # What the warm-up absorbed: a growth that large then flat grew, then stopped
+        # (a cache filled, a capped leak), however slight what follows it.
+        m = min(5, k)
+        rise = median(uy[:m]) - median(ys[:m])
+        if rise > effect_sigmas * sigma and rise > min_growth and (
+                status == "ok" or rise > 4 * growth):
+            status = "levelled"
+            grew = median(uy[:m]) - min(ys[:m])  # from where it started
+            note = f"grew {_amount(grew, key, 3).lstrip('+')}, then stopped"
     return Verdict(key, status, slope, low, high, rate, used, k, growth, sigma,
-                   prefix=prefix, step=step)
+                   note=note, prefix=prefix, step=step)
 
 
 # -- many metrics ----------------------------------------------------------------
@@ -414,7 +439,9 @@ def analyze_samples(
     sites: bool = True,
     min_growth_bytes: float = 16384.0,
     min_growth_fraction: float = 0.005,
+    min_rate_fraction_per_hour: float = 0.002,
     step: str = "sample",
+    tiers: Tiers | None = None,
     **options: Any,
 ) -> Report:
     """Verdicts for every metric worth judging in ``samples`` (e.g. ``prober.history``).
@@ -438,7 +465,13 @@ def analyze_samples(
         few MiB in a 300-700 MiB RLlib process); the live alarm, ``prober.report()``,
         ``memprobe report`` and the RLlib adapter all judge with it, so they agree
         on the same data.
+    :param min_rate_fraction_per_hour: a ``_bytes`` metric (with times) growing slower per hour
+        than this fraction of the resident size is "growing slightly" (0.2%: 24 MiB a day of 500).
     :param step: what one sample stands for (``"sample"``, ``"call"``, ``"iteration"``).
+    :param tiers: the whole-process metrics at every time scale (:class:`Tiers`) for a
+        live alarm whose ``samples`` are the latest only; default: made from ``samples``.
+        Each is judged at every scale (the latest points, coarser tiers, the whole run);
+        its verdict is the one that tells most (a leak at any scale), with its scale.
     :param options: passed to :func:`analyze` (warmup, min_points, confidence...).
     """
     for name in options:
@@ -446,7 +479,8 @@ def analyze_samples(
             raise ConfigError(name, f"unknown option of analyze_samples "
                               f"(options: {', '.join(sorted(LEAK_OPTIONS))})")
     for name, value in (("min_growth_bytes", min_growth_bytes),
-                        ("min_growth_fraction", min_growth_fraction)):
+                        ("min_growth_fraction", min_growth_fraction),
+                        ("min_rate_fraction_per_hour", min_rate_fraction_per_hour)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise ConfigError(name, f"must be a number >= 0, got {show(value)}")
     if prefix is None:
@@ -457,8 +491,13 @@ def analyze_samples(
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if metrics is None and _kinds.FILTERED in shorts.values():
         wanted = tuple(m for m in wanted if m != _kinds.TRACED)
-    rss = series.get(next((k for k, s in shorts.items() if s == "process/rss_bytes"), ""))
-    floor = max(min_growth_bytes, min_growth_fraction * median(rss[1]) if rss else 0.0)
+    if tiers is None:
+        tiers = Tiers()
+        tiers.add({k: c for k, c in series.items() if shorts[k] in wanted})
+    whole = {k: short_key(k, prefix) for k in tiers.series}
+    rss_level = floor_level(tiers.series.get(make_key(prefix, "process", "rss_bytes")))
+    floor = max(min_growth_bytes, min_growth_fraction * rss_level)
+    min_points = options.get("min_points", 20)
     # The resident size less memprobe's own memory is only as exact as that estimate:
     # the allocator's overhead on memprobe's own blocks (pymalloc pools, fragmentation)
     # is not in it. A resident growth within what memprobe's own memory grew by over
@@ -470,22 +509,28 @@ def analyze_samples(
     verdicts: dict[str, Verdict] = {}
     site_v: list[Verdict] = []
     type_v: list[Verdict] = []
-    for key, (xs, ys, ts) in series.items():
-        short = shorts[key]
-        group = None
-        if sites:
-            group = {"tracemalloc": site_v, "objects": type_v}.get(site_probe(key, prefix))
-        if group is None and short not in wanted:
-            continue
-        th = _threshold(key, short, thresholds, threshold_per_step if group is None else 0.0)
-        v = analyze(xs, ys, key=key, times=ts, threshold_per_step=th, prefix=prefix, step=step,
-                    min_growth=(resident_floor if key in resident else
-                                floor if key.endswith("_bytes") else
-                                count_floor(ys, min_growth_fraction)), **options)
-        if group is None:
-            verdicts[key] = v
-        else:
-            group.append(v)
+    rate_floor = min_rate_fraction_per_hour * rss_level
+
+    def judge(key: str, xs: Sequence[float], ys: Sequence[float], ts: Sequence[float],
+              th: float) -> Verdict:
+        return analyze(xs, ys, key=key, times=ts, threshold_per_step=th, prefix=prefix,
+                       step=step, min_growth=(resident_floor if key in resident else
+                                              floor if key.endswith("_bytes") else
+                                              count_floor(ys, min_growth_fraction)),
+                       min_rate_per_hour=rate_floor if key.endswith("_bytes") else 0.0,
+                       **options)
+
+    for key, short in whole.items():
+        if short in wanted:
+            th = _threshold(key, short, thresholds, threshold_per_step)
+            verdicts[key] = judge_scales(
+                tiers.series[key], min_points,
+                lambda xs, ys, ts, k=key, th=th: judge(k, xs, ys, ts, th),
+                (key, th, floor, resident_floor, rate_floor, step, prefix, repr(options)))
+    for key, (xs, ys, ts) in series.items() if sites else ():
+        group = {"tracemalloc": site_v, "objects": type_v}.get(site_probe(key, prefix) or "")
+        if group is not None:
+            group.append(judge(key, xs, ys, ts, _threshold(key, shorts[key], thresholds, 0.0)))
 
     def rank(vs: list[Verdict]) -> tuple[Verdict, ...]:  # leaking and fastest first
         return tuple(sorted(vs, key=lambda v: (not v.leaking, -v.slope_per_step, v.key)))
@@ -493,6 +538,10 @@ def analyze_samples(
     sites_r, types_r = rank(site_v), rank(type_v)
     site_names = tuple(v.site or "" for v in sites_r if v.leaking)
     type_names = tuple(v.site or "" for v in types_r if v.leaking)
+    forecast, rss_v = (series.get(make_key(prefix, *FORECAST.split("/"))),
+                       verdicts.get(make_key(prefix, "process", "rss_bytes")))
+    if forecast and forecast[1][-1] >= 0 and rss_v and rss_v.status in ("leak", "slight"):
+        verdicts[rss_v.key] = dataclasses.replace(rss_v, hours_to_oom=forecast[1][-1])
     by_metric = {v.metric: v for v in verdicts.values()}
     for k, v in list(verdicts.items()):
         if v.leaking:

@@ -83,6 +83,9 @@ PROBER_METRICS: Mapping[str, Mapping[str, Metric]] = {
     "leak": {
         "suspect": Metric("1 while a metric of this process is judged leaking, else 0"),
         "rate_per_hour": Metric("growth rate of the worst leaking metric", "bytes"),
+        "hours_to_oom": Metric("hours until the resident size reaches the nearest memory "
+                               "limit (cgroup, Ray's memory monitor, the machine) at its judged "
+                               "rate; -1 when it is not growing or no limit can be read"),
     },
 }
 

@@ -46,6 +46,8 @@ TAGGED = {
 LEAK_DESCRIPTIONS = {
     "memprobe_leak_suspect": "1 while the leak alarm of this process has confirmed a leak",
     "memprobe_leak_rate_per_hour_bytes": "growth per hour of the fastest alarmed metric in bytes",
+    "memprobe_leak_hours_to_oom": "hours until the resident size reaches the nearest memory "
+                                  "limit at its judged rate; -1 when not growing",
 }
 
 
@@ -322,6 +324,9 @@ class RayMetricsSink:
         - ``memprobe_leak_count_rate_per_hour{metric}``: the ``rate_per_hour`` of each
           alarmed metric that counts things (``process/num_fds``, ``objects/total_count``...;
           0 once no longer alarmed);
+        - ``memprobe_leak_hours_to_oom``: the forecast hours to out-of-memory of a verdict
+          in ``verdicts`` (``Verdict.hours_to_oom``: the resident size's), alarmed or not,
+          else -1;
         - ``memprobe_leak_culprit_rank{culprit}``: 1 for the first of ``culprits`` (the
           likeliest), 0 once no longer named; at most :data:`MAX_CULPRITS` at a time and
           ``max_sites`` culprit values ever per process.
@@ -343,8 +348,11 @@ class RayMetricsSink:
                     bytes_rate = max(bytes_rate, rate)
                 elif unit == "count":
                     counts[v.metric] = rate
+            hours = [float(h) for v in verdicts.values()
+                     if (h := getattr(v, "hours_to_oom", None)) is not None]
             verdict = {("memprobe_leak_suspect", ""): 1.0 if alarmed else 0.0,
-                       ("memprobe_leak_rate_per_hour_bytes", ""): bytes_rate}
+                       ("memprobe_leak_rate_per_hour_bytes", ""): bytes_rate,
+                       ("memprobe_leak_hours_to_oom", ""): min(hours) if hours else -1.0}
             self._set_gauges(verdict)
             self._leak_gauges = verdict
             self._gauges.update(verdict)

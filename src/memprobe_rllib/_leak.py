@@ -15,6 +15,9 @@ with the latest verdict:
   bytes metric (an fd or objects leak has its rate in its own metric's key);
 - ``<prefix>/leak/<probe>/<metric>/rate_per_hour`` and ``.../suspect`` for each
   judged metric the process has (:data:`JUDGED`);
+- ``<prefix>/leak/hours_to_oom``: hours until the resident size reaches the nearest
+  memory limit at the rate judged (:func:`memprobe.oom_headroom`), -1 when it is not
+  growing or no limit can be read;
 - ``<prefix>/leak/env_runner_<i>``: 1 while EnvRunner ``i`` is alarmed (reduce max);
 - ``<prefix>/leak/culprit/<where>/rate_per_hour`` for at most
   :data:`MAX_CULPRITS` culprits named in this process (a ``file.py:line``, a
@@ -339,6 +342,9 @@ class LeakState:
         suspect = 1.0 if self.alarmed else 0.0
         out[self._head + "suspect"] = suspect
         out[self._head + "rate_per_hour"] = worst
+        rss = self.latest.get(head + "process/rss_bytes")
+        hours = getattr(rss, "hours_to_oom", None)
+        out[self._head + "hours_to_oom"] = -1.0 if hours is None else float(hours)
         if self.role == "env_runner" and self.index is not None:
             out[f"{self._head}env_runner_{self.index}"] = suspect
         for name, rate in self.culprits.items():

@@ -2,8 +2,9 @@
 ``leak_confirmations`` leaking checks in a row are.
 
 The sampler runs in this process (started by hand, as in a driver): the test grows
-the process's resident memory in step with the sampler's samples, so that each of
-the alarm's checks judges a window the test chose.
+the process's resident memory in step with the sampler's samples, window by window.
+Each check judges every sample so far (the alarm's tiers span the whole run), so a
+flat window then a ramp is not yet a leak; two ramps are, and a third confirms it.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from memprobe_ray import _worker, start_sampler, stop_sampler
 
 ray = pytest.importorskip("ray")
 
-#: Samples per check; the history holds one window, so each check judges its own.
-WINDOW = 20
-#: Windows whose samples grow rss by 2 MiB each: one alone, then two in a row.
-RAMPS = {1, 4, 5}
+#: Samples per check (checks are at least 40 samples apart).
+WINDOW = 40
+#: Windows whose samples grow rss by 2 MiB each.
+RAMPS = {1, 2, 3}
 
 
 def test_one_leaking_check_exports_no_suspect_and_confirmed_checks_do(ray_cluster, prometheus):
@@ -36,7 +37,7 @@ def test_one_leaking_check_exports_no_suspect_and_confirmed_checks_do(ray_cluste
     try:
         seen = last = None
         deadline = time.monotonic() + 120
-        while len(checks) < 6:
+        while len(checks) < 4:
             assert time.monotonic() < deadline, checks
             n = sampler.samples
             if n != last:
@@ -50,19 +51,20 @@ def test_one_leaking_check_exports_no_suspect_and_confirmed_checks_do(ray_cluste
                 rss = report.verdicts["memprobe/process/rss_bytes"]
                 checks.append((time.time(), rss.status, bool(alarm.alarmed)))
             time.sleep(0.01)
-        # Windows 0 (flat), 1 (ramp), 2 and 3 (flat), 4 and 5 (ramp): one leaking check
-        # alone, then two in a row, which the alarm confirms.
-        assert [c[1] == "leak" for c in checks] == [False, True, False, False, True, True], checks
-        assert [c[2] for c in checks] == [False] * 5 + [True], checks
+        # Window 0 (flat), then ramps: flat then one ramp is not yet a leak (the kink
+        # widens the interval); the third check is the first leaking one, alone: no
+        # suspect; the fourth, leaking again, confirms it.
+        assert [c[1] == "leak" for c in checks] == [False, False, True, True], checks
+        assert [c[2] for c in checks] == [False] * 3 + [True], checks
         prometheus.wait_for(f"{suspect} == 1", lambda r: len(r) == 1, timeout=20)
         rate = prometheus.query('ray_memprobe_leak_rate_per_hour_bytes{name="alarmcheck"}')
         assert float(rate[0]["value"][1]) > 1e9, rate  # 2 MiB per 0.1 s
         # Every scrape before the confirming check read 0, the lone leaking check's included.
-        confirmed = checks[5][0]
+        confirmed = checks[3][0]
         series = prometheus.query_range(suspect, seconds=time.time() - t0 + 5)
         points = [(float(t), v) for s in series for t, v in s["values"]]
         before = [v for t, v in points if t < confirmed]
-        assert len(before) >= 5 and set(before) == {"0"}, points  # then 1: the wait above
+        assert len(before) >= 3 and set(before) == {"0"}, points  # then 1: the wait above
     finally:
         stop_sampler()
         kept.clear()

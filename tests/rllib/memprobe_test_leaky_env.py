@@ -72,3 +72,16 @@ class BrokenCartPole(CartPoleEnv):
 
     def step(self, action: Any) -> Any:
         raise RuntimeError("this env is broken on purpose")
+
+
+class EpisodeLeakCartPole(_KeepingCartPole):
+    """Every ``reset()`` keeps ``config["kib"]`` KiB (default 5) forever: a slow leak,
+    a few KiB per episode (issue 28)."""
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        self._kib = int((config or {}).get("kib", 5))
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        LEAKED.append(bytearray(self._kib * 1024))
+        return super().reset(seed=seed, options=options)

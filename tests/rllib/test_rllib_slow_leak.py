@@ -1,0 +1,29 @@
+"""Issue 28, repro 1: RLlib with the defaults and a leak of 5 KiB per episode: the live
+alarm fires within 40 iterations of 2,000 steps, with a forecast time to out-of-memory,
+and ``memprobe report`` on the EnvRunner's JSONL agrees."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("ray.rllib")
+
+pytestmark = pytest.mark.rllib
+BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+
+
+def test_five_kib_per_episode_alarms_live_with_the_defaults(ray_session) -> None:
+    sys.path.insert(0, BENCHMARKS)
+    try:
+        from rllib_slow_leak import run
+    finally:
+        sys.path.remove(BENCHMARKS)
+    r = run(5, 40, stop_at_alarm=True)
+    assert r["first"] is not None, r["last"]  # alarmed live, within 40 iterations
+    at = r["at_alarm"]
+    assert at["process/rss_bytes/rate_per_hour"] > 0
+    assert at["hours_to_oom"] > 0  # a forecast, not the -1 of "not growing"
+    assert any(v.status == "leak" for v in r["verdicts"]), r["report"]
