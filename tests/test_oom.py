@@ -88,11 +88,11 @@ def test_a_forecast_under_the_threshold_opens_the_capture_before_the_alarm() -> 
     opens the capture, before the confirmations the alarm needs."""
     fired: list[memprobe.Verdict] = []
     kept = []
-    alarm = memprobe.LeakAlarm(fired.append, check_every=10, confirmations=50,
-                               capture={"duration_seconds": 0.2}, oom_capture_hours=1e9)
     with memprobe.Prober(["process"], on_leak=fired.append, leak_check_every=10,
-                         leak_confirmations=50) as prober:
-        prober.alarm = alarm
+                         leak_confirmations=50, capture_on_leak={"duration_seconds": 0.2},
+                         oom_capture_hours=1e9) as prober:
+        alarm = prober.alarm
+        assert alarm is not None and alarm.oom_capture_hours == 1e9
         for i in range(200):
             kept.append(_fresh_pages(64 * 1024))
             prober.sample(step=i)
@@ -125,3 +125,10 @@ def test_memprobe_report_on_the_file_gives_the_forecast_the_process_made(tmp_pat
     out = subprocess.run([sys.executable, "-m", "memprobe", "report", str(path)],
                          capture_output=True, text=True, check=True).stdout
     assert "out of memory in" in out, out
+
+
+@pytest.mark.parametrize("bad", [-1, "1", True, float("nan")])
+def test_a_bad_oom_capture_hours_names_the_option(bad) -> None:
+    with pytest.raises(memprobe.ConfigError) as err:
+        memprobe.Prober(["gc"], oom_capture_hours=bad)
+    assert err.value.option == "oom_capture_hours"

@@ -50,6 +50,14 @@ def check_memory_bytes() -> int:
     return resident_bytes()
 
 
+def check_oom_capture_hours(value: Any) -> float | None:
+    """``oom_capture_hours=``: None or a number of hours >= 0."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not value >= 0):
+        raise ConfigError("oom_capture_hours", f"must be None or a number >= 0, got {show(value)}")
+    return value
+
+
 def check_leak_options(options: Any) -> dict[str, Any]:
     """``leak_options=``: options of :func:`memprobe.analyze_samples` (:data:`LEAK_OPTIONS`)."""
     if options is None:
@@ -129,12 +137,7 @@ class LeakAlarm:
         self.confirmations = check_int("leak_confirmations", confirmations, 1)
         self.options = check_leak_options(options)
         self.evidence_samples = check_int("leak_evidence_samples", evidence_samples, 1)
-        if oom_capture_hours is not None and (
-                isinstance(oom_capture_hours, bool)
-                or not isinstance(oom_capture_hours, (int, float)) or not oom_capture_hours >= 0):
-            raise ConfigError("oom_capture_hours",
-                              f"must be None or a number >= 0, got {show(oom_capture_hours)}")
-        self.oom_capture_hours = oom_capture_hours
+        self.oom_capture_hours = check_oom_capture_hours(oom_capture_hours)
         self.tiers = Tiers()
         self._fed = 0  # samples fed into the tiers
         self._counted = -evidence_samples  # the sample count at the last counted check

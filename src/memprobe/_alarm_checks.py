@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._alarm import LeakAlarm, OnLeak, check_leak_options
+from ._alarm import LeakAlarm, OnLeak, check_leak_options, check_oom_capture_hours
 from ._alarm_capture import check_capture_option
 from ._history import History
 from ._options import check_int
@@ -24,12 +24,14 @@ Failed = Callable[[str, str, BaseException], None]
 
 
 def make_alarm(on_leak: OnLeak | None, check_every: int, confirmations: int,
-               options: Any, capture: Any) -> LeakAlarm | None:
-    """The Prober's leak alarm for its ``on_leak``, ``leak_*`` and ``capture_on_leak``
-    options (None without ``on_leak``, the other options checked all the same)."""
+               options: Any, capture: Any, oom_capture_hours: Any = 1.0) -> LeakAlarm | None:
+    """The Prober's leak alarm for its ``on_leak``, ``leak_*``, ``capture_on_leak`` and
+    ``oom_capture_hours`` options (None without ``on_leak``, the other options checked
+    all the same)."""
     if on_leak is not None:
         return LeakAlarm(on_leak, check_every=check_every, confirmations=confirmations,
-                         options=options, capture=capture)
+                         options=options, capture=capture, oom_capture_hours=oom_capture_hours)
+    check_oom_capture_hours(oom_capture_hours)
     check_int("leak_check_every", check_every, 1)
     check_int("leak_confirmations", confirmations, 1)
     check_leak_options(options)

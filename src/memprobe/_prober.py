@@ -92,6 +92,10 @@ class Prober:
     :param capture_on_leak: with ``on_leak``, name the culprits of a first alarm that
         names none: a tracemalloc window and object counts for 10 s (``True``),
         ``False``, or :class:`memprobe.capture.CulpritCapture` options (docs/leaks.md).
+    :param oom_capture_hours: with ``on_leak``, open the capture as soon as a check
+        forecasts that the resident size reaches its memory limit within this many
+        hours (``prober.report()``'s ``hours_to_oom``), before the alarm is confirmed,
+        so that the culprit is on record before the process is killed (None: never).
 
     Every probe also takes the guard options ``time_limit_seconds``, ``max_keys``
     (most keys one sample may return, default 10,000; over it the sample is an
@@ -122,6 +126,7 @@ class Prober:
         leak_confirmations: int = 2,
         leak_options: Mapping[str, Any] | None = None,
         capture_on_leak: bool | Mapping[str, Any] = True,
+        oom_capture_hours: float | None = 1.0,
     ) -> None:
         if time_limit_seconds is not None:
             time_limit_seconds = check_limit("time_limit_seconds", time_limit_seconds)
@@ -145,7 +150,7 @@ class Prober:
         tags = check_tags(tags, sink)
         sink_spec = parse_sinks(sinks)
         alarm = make_alarm(on_leak, leak_check_every, leak_confirmations, leak_options,
-                           capture_on_leak)
+                           capture_on_leak, oom_capture_hours)
         self._pm = plugin_manager or get_plugin_manager(load_entrypoints=load_entrypoints)
         self.registry: dict[str, ProbeInfo] = collect_probes(self._pm)
         self._probes: list[ScheduledProbe] = build_probes(
