@@ -10,6 +10,7 @@ from typing import Any
 from .. import _pid
 from .._errors import ConfigError, show
 from .._flatcode import FlatCode, Unusable, literal
+from .._keptfd import all_same, identity
 from .._pid import current_pid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
@@ -94,6 +95,7 @@ class ProcessProbe:
     # has nothing to close when it is collected.
     _statm = _stat = _fd_dirfd = _task_fd = _flat_in = -1
     _proc: Any = None
+    _kept: tuple[tuple[int, int, int], ...] = ()  # (fd, st_dev, st_ino) of the kept fds
 
     def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None,
                  count_max_age_seconds: float = DEFAULT_COUNT_MAX_AGE_SECONDS) -> None:
@@ -147,6 +149,8 @@ class ProcessProbe:
 
             self._proc = psutil.Process(pid)
         self._opened_in = current_pid()
+        self._kept = tuple((fd, *identity(fd)) for fd in
+                           (self._statm, self._stat, self._fd_dirfd, self._task_fd) if fd >= 0)
         self._counted_at = float("-inf")  # the counts taken before belong to another process
         if self._statm >= 0 and self._task_fd >= 0 and (self._fd_dirfd >= 0 or not self.fds):
             self._flat_in = self._opened_in  # the flat sampler's fds are open here
@@ -178,6 +182,12 @@ class ProcessProbe:
             # the parent's fds: do not close them
             self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
             self._open()
+        elif not all_same(self._kept):  # the program closed or reused them: never touch them
+            self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
+            self._open()
+            raise OSError(f"the program closed or reused the file descriptors the probe "
+                          f"kept on {os.path.dirname(self._fd_dir)}/statm and its "
+                          "neighbours; it reopened them, and this sample is dropped")
         if self._statm >= 0:
             out = self._sample_proc()
         else:
@@ -200,7 +210,7 @@ class ProcessProbe:
                                           "shared_bytes", "vms_bytes")}
         fds = self.fds
         body = """
-if $probe._flat_in != $pid_box[0]:  # not opened in this process, or no kept fds
+if $probe._flat_in != $pid_box[0] or not $all_same($probe._kept):  # not ours (any more)
     raise $Unusable
 $f = $pread($probe._statm, 256, 0).split()
 if $now - $probe._counted_at >= $max_age:
@@ -215,6 +225,7 @@ if $now - $probe._counted_at >= $max_age:
                  f"{k['shared_bytes']}: int($f[2]) * $page, {k['vms_bytes']}: int($f[0]) * $page")
         return FlatCode(body, items, {
             "probe": self, "pid_box": _pid._current, "Unusable": Unusable, "pread": os.pread,
+            "all_same": all_same,
             "fstat": os.fstat, "page": _PAGE, "max_age": self.count_max_age_seconds})
 
     def _sample_proc(self) -> dict[str, int]:
