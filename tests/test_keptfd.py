@@ -99,15 +99,18 @@ def test_process_probe_never_reads_the_programs_file(tmp_path: Path) -> None:
         os.close(new)
 
 
-def test_prober_drops_one_sample_and_goes_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", ["_statm", "_task_fd", "_fd_dirfd"])
+def test_prober_drops_one_sample_and_goes_on(tmp_path: Path, kept: str) -> None:
+    """Through the Prober's flat path: each kept fd, taken by the program, is noticed."""
     victim = tmp_path / "v"
     victim.write_text("1 2 3 4 5 6 7\n")
     prober = memprobe.Prober(probes=["process"])
     prober.sample()
     probe = next(sp.probe for sp in prober._probes)  # noqa: SLF001
-    fd = probe._statm
+    fd = getattr(probe, kept)
     os.close(fd)
     new = os.open(victim, os.O_RDONLY)
+    assert new == fd
     try:
         with pytest.warns(memprobe.ProbeFailedWarning, match="closed or reused"):
             first = prober.sample()
@@ -117,4 +120,6 @@ def test_prober_drops_one_sample_and_goes_on(tmp_path: Path) -> None:
         os.close(new)
     assert "memprobe/process/rss_bytes" not in first
     assert second["memprobe/process/rss_bytes"] > 1_000_000
+    assert 0 < second["memprobe/process/num_threads"] < 1000
+    assert 0 < second["memprobe/process/num_fds"] < 10_000
     assert json.dumps(second)

@@ -346,8 +346,9 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
         return code
     if not opts.quiet and where:
         shown_where = shown if where == out else where
+        hint = shlex.quote(shown_where)  # pasted into a shell as it is
         say(err, f"{PROG}: {sampler.step} samples of {','.join(names)} written to "
-            f"{safe(shown_where, 1000)}; see `memprobe report {safe(shlex.quote(shown_where), 1000)}`")
+            f"{safe(shown_where, 1000)}; see `memprobe report {safe(hint, 1000)}`")
     if interrupted:
         # As python does on an uncaught KeyboardInterrupt: die of SIGINT.
         signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -10,7 +10,7 @@ from typing import Any
 from .. import _pid
 from .._errors import ConfigError, show
 from .._flatcode import FlatCode, Unusable, literal
-from .._keptfd import all_same, identity
+from .._keptfd import all_same, identity, same_file
 from .._pid import current_pid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
@@ -95,7 +95,10 @@ class ProcessProbe:
     # has nothing to close when it is collected.
     _statm = _stat = _fd_dirfd = _task_fd = _flat_in = -1
     _proc: Any = None
-    _kept: tuple[tuple[int, int, int], ...] = ()  # (fd, st_dev, st_ino) of the kept fds
+    # (fd, st_dev, st_ino) of the kept fds, checked before use (memprobe._keptfd)
+    _kept: tuple[tuple[int, int, int], ...] = ()
+    _statm_id = (-1, -1)
+    _task_ino = _fd_dir_ino = -1
 
     def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None,
                  count_max_age_seconds: float = DEFAULT_COUNT_MAX_AGE_SECONDS) -> None:
@@ -151,6 +154,10 @@ class ProcessProbe:
         self._opened_in = current_pid()
         self._kept = tuple((fd, *identity(fd)) for fd in
                            (self._statm, self._stat, self._fd_dirfd, self._task_fd) if fd >= 0)
+        if self._statm >= 0:
+            self._statm_id = identity(self._statm)
+            self._task_ino = os.fstat(self._task_fd).st_ino if self._task_fd >= 0 else -1
+            self._fd_dir_ino = os.fstat(self._fd_dirfd).st_ino if self._fd_dirfd >= 0 else -1
         self._counted_at = float("-inf")  # the counts taken before belong to another process
         if self._statm >= 0 and self._task_fd >= 0 and (self._fd_dirfd >= 0 or not self.fds):
             self._flat_in = self._opened_in  # the flat sampler's fds are open here
@@ -210,12 +217,20 @@ class ProcessProbe:
                                           "shared_bytes", "vms_bytes")}
         fds = self.fds
         body = """
-if $probe._flat_in != $pid_box[0] or not $all_same($probe._kept):  # not ours (any more)
-    raise $Unusable
+if $probe._flat_in != $pid_box[0] or not $same_file($probe._statm, $probe._statm_id):
+    raise $Unusable  # not opened in this process, or the program took the fd
 $f = $pread($probe._statm, 256, 0).split()
 if $now - $probe._counted_at >= $max_age:
-    $probe._threads = $fstat($probe._task_fd).st_nlink - 2
-""" + ("    $probe._nfds = $fstat($probe._fd_dirfd).st_size\n" if fds else "") + """\
+    $st = $fstat($probe._task_fd)
+    if $st.st_ino != $probe._task_ino:
+        raise $Unusable
+    $probe._threads = $st.st_nlink - 2
+""" + ("""\
+    $st = $fstat($probe._fd_dirfd)
+    if $st.st_ino != $probe._fd_dir_ino:
+        raise $Unusable
+    $probe._nfds = $st.st_size
+""" if fds else "") + """\
     $probe._counted_at = $now
 """
         # statm: size resident shared text lib data dt, in pages
@@ -225,7 +240,7 @@ if $now - $probe._counted_at >= $max_age:
                  f"{k['shared_bytes']}: int($f[2]) * $page, {k['vms_bytes']}: int($f[0]) * $page")
         return FlatCode(body, items, {
             "probe": self, "pid_box": _pid._current, "Unusable": Unusable, "pread": os.pread,
-            "all_same": all_same,
+            "same_file": same_file,
             "fstat": os.fstat, "page": _PAGE, "max_age": self.count_max_age_seconds})
 
     def _sample_proc(self) -> dict[str, int]:
