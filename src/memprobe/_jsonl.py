@@ -243,16 +243,10 @@ class _Gzip(gzip.GzipFile):
             self._raw.close()
 
 
-class _GiveUp(Exception):
-    """Reading a file stops here (the message says why); the lines before are kept."""
-
-
-def _lines(f: IO[bytes] | gzip.GzipFile) -> Iterator[bytes | None]:
-    """Each line without its newline; ``None`` for a line over the cap (its bytes skipped).
-
-    :raises _GiveUp: after :data:`MAX_SKIP_BYTES` without a newline, or
-        :data:`MAX_READ_BYTES` in all.
-    """
+def _lines(f: IO[bytes] | gzip.GzipFile) -> Iterator[bytes | str | None]:
+    """Each line without its newline; ``None`` for a line over the cap (its bytes skipped);
+    last, a str saying why reading stops early: :data:`MAX_SKIP_BYTES` without a newline,
+    or :data:`MAX_READ_BYTES` in all."""
     total = 0
     while True:
         line = f.readline(MAX_LINE_BYTES + 1)
@@ -272,20 +266,24 @@ def _lines(f: IO[bytes] | gzip.GzipFile) -> Iterator[bytes | None]:
                 if not chunk or chunk.endswith(b"\n"):
                     break
                 if skipped >= MAX_SKIP_BYTES:
-                    raise _GiveUp(f"no newline in {(MAX_LINE_BYTES + skipped) // 2**20} MiB")
+                    yield f"no newline in {(MAX_LINE_BYTES + skipped) // 2**20} MiB"
+                    return
             total += skipped
             yield None
         if total >= MAX_READ_BYTES:
-            raise _GiveUp(f"{MAX_READ_BYTES // 2**30} GiB read, the most memprobe reads "
-                          "from one file")
+            yield (f"{MAX_READ_BYTES // 2**30} GiB read, the most memprobe reads from one "
+                   "file")
+            return
 
 
-def _until_given_up(lines: Iterator[bytes | None], why: list[str]) -> Iterator[bytes | None]:
-    """``lines`` until they end or :class:`_GiveUp` is raised (its message put in ``why``)."""
-    try:
-        yield from lines
-    except _GiveUp as exc:
-        why.append(str(exc))
+def _until_given_up(lines: Iterator[bytes | str | None], why: list[str]
+                    ) -> Iterator[bytes | None]:
+    """``lines`` up to the str that says why reading stops (put in ``why``), if any."""
+    for line in lines:
+        if isinstance(line, str):
+            why.append(line)
+            return
+        yield line
 
 
 def iter_records(path: str | os.PathLike[str]) -> Iterator[JsonlRecord]:

@@ -147,21 +147,25 @@ class JsonlSink:
         return self._fd
 
     def _reopen(self) -> int:
-        """A new fd on the path when it is still the file first opened; the old fd
-        (closed, or reused by the program) is left alone."""
+        """A new fd on the path when it is still the file first opened, else -1 (the sink
+        turns itself off); the old fd (closed, or reused by the program) is left alone."""
         self._fd = -1
         what = (f"memprobe: the file descriptor of {self.path!r} was closed or reused by "
                 "the program, so memprobe no longer writes to it")
         try:
             fd = os.open(self.path, _OPEN_FLAGS & ~os.O_CREAT | getattr(os, "O_NOFOLLOW", 0))
         except OSError as exc:
-            raise _Gone(f"{what}; reopening the path failed ({exc.strerror})") from None
-        if identity(fd) != self._ident:
+            why = f"reopening the path failed ({exc.strerror})"
+        else:
+            if identity(fd) == self._ident:
+                self._fd = fd
+                self._warn(f"{what}; it reopened the path and goes on writing there")
+                return fd
             os.close(fd)
-            raise _Gone(f"{what}; the path is now another file")
-        self._fd = fd
-        self._warn(f"{what}; it reopened the path and goes on writing there")
-        return fd
+            why = "the path is now another file"
+        self.failed = True
+        self._warn(f"{what}; {why}; no more samples go to that file")
+        return -1
 
     def _warn(self, message: str) -> None:
         """Report a fault of this sink (a :class:`MemprobeWarning`)."""
@@ -204,6 +208,8 @@ class JsonlSink:
                 fd = self._fd
                 if not same_file(fd, self._ident):
                     fd = self._reopen()
+                    if fd < 0:
+                        return
             else:
                 fd = self._open()
             record: dict[str, Any] = {"time": time_seconds, "step": step, "pid": pid}
@@ -226,9 +232,6 @@ class JsonlSink:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 data = data[n:]
                 n = os.write(fd, data)
-        except _Gone as exc:
-            self.failed = True
-            self._warn(f"{exc}; no more samples go to that file")
         except (OSError, ValueError) as exc:
             self.failed = True
             self._warn(f"memprobe: writing samples to {self.path or self.path_template!r} "
@@ -247,10 +250,6 @@ class JsonlSink:
         state = self.__dict__.copy()
         state.update(_fd=-1, _pid=-1)
         return state
-
-
-class _Gone(Exception):
-    """The sink's file can no longer be written (its fd was taken, its path replaced)."""
 
 
 def jsonl_sink(*, path: str | os.PathLike[str], tags: Mapping[str, Any] | None = None) -> JsonlSink:
