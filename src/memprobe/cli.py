@@ -134,21 +134,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     plt = pyplot() if outputs else None
     if args.plot and plt is None:
         raise CliError("--plot needs matplotlib: pip install 'memprobe[plot]'")
-    if hasattr(sys.stdout, "reconfigure"):  # a name that is not UTF-8 is shown escaped
-        sys.stdout.reconfigure(errors="backslashreplace")
-
     def warn(message: str) -> None:
         print(f"{PROG}: warning: {safe(message, 1000)}", file=sys.stderr)
 
-    declarations(on_warning=warn)  # the plugins load here: their faults shown, as by run
     runs = load_runs(args.files, on_file=_progress, on_warning=warn)
+    declarations(on_warning=warn)  # the plugins load here: their faults shown, as by run
     if len(args.files) > 1 and sys.stderr.isatty():
         print(file=sys.stderr)
     summaries = summarize_all(runs)
     if not summaries:
         raise CliError(f"no samples in {', '.join(safe(f) for f in args.files)}")
-    sys.stdout.write(render_text(summaries))
-    sys.stdout.flush()
+    _write_escaped(render_text(summaries))
     png = render_png(plt, summaries) if plt is not None else None
     if args.plot and png is not None:
         write_file(args.plot, png)
@@ -158,6 +154,21 @@ def cmd_report(args: argparse.Namespace) -> int:
                    .encode("utf-8", "backslashreplace"))
         print(f"html written to {safe(args.html)}", file=sys.stderr)
     return 0
+
+
+def _write_escaped(text: str) -> None:
+    """``text`` on stdout; what its encoding cannot write (a lone surrogate from a file
+    name that is not UTF-8) is shown escaped (``\\udcff``) instead of failing."""
+    out = sys.stdout
+    errors = getattr(out, "errors", None)
+    if errors is not None and hasattr(out, "reconfigure"):
+        out.reconfigure(errors="backslashreplace")
+    try:
+        out.write(text)
+        out.flush()
+    finally:
+        if errors is not None and hasattr(out, "reconfigure"):
+            out.reconfigure(errors=errors)
 
 
 # -- probes --------------------------------------------------------------------------------

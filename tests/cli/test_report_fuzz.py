@@ -49,7 +49,7 @@ garbage = st.one_of(
 a_file = st.tuples(good, st.lists(st.one_of(good, garbage), max_size=25))
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(st.tuples(names, a_file), min_size=1, max_size=3,
                 unique_by=lambda f: f[0]))
