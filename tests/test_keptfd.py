@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -99,9 +100,11 @@ def test_process_probe_never_reads_the_programs_file(tmp_path: Path) -> None:
         os.close(new)
 
 
+@pytest.mark.parametrize("reuse", [True, False], ids=["reused", "closed"])
 @pytest.mark.parametrize("kept", ["_statm", "_task_fd", "_fd_dirfd"])
-def test_prober_drops_one_sample_and_goes_on(tmp_path: Path, kept: str) -> None:
-    """Through the Prober's flat path: each kept fd, taken by the program, is noticed."""
+def test_prober_drops_one_sample_and_goes_on(tmp_path: Path, kept: str, reuse: bool) -> None:
+    """Through the Prober's flat path: each kept fd, closed or taken by the program, is
+    noticed; one sample is dropped, the probe is not disabled."""
     victim = tmp_path / "v"
     victim.write_text("1 2 3 4 5 6 7\n")
     prober = memprobe.Prober(probes=["process"])
@@ -111,7 +114,12 @@ def test_prober_drops_one_sample_and_goes_on(tmp_path: Path, kept: str) -> None:
     os.close(fd)
     new = os.open(victim, os.O_RDONLY)
     assert new == fd
+    if not reuse:  # moved away: the probe's fd number stays closed
+        os.dup2(new, 999)
+        os.close(new)
+        new = 999
     try:
+        time.sleep(0.01)  # past count_max_age_seconds: the thread and fd counts are taken
         with pytest.warns(memprobe.ProbeFailedWarning, match="closed or reused"):
             first = prober.sample()
         second = prober.sample()

@@ -15,13 +15,21 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["all_same", "identity", "same_file"]
+__all__ = ["all_same", "fstat_or_none", "identity", "same_file"]
 
 
 def identity(fd: int) -> tuple[int, int]:
     """``(st_dev, st_ino)`` of the open file ``fd``."""
     st = os.fstat(fd)
     return st.st_dev, st.st_ino
+
+
+def fstat_or_none(fd: int) -> os.stat_result | None:
+    """``os.fstat(fd)``, or None when ``fd`` is not open."""
+    try:
+        return os.fstat(fd)
+    except (OSError, ValueError, OverflowError):
+        return None
 
 
 def same_file(fd: int, ident: tuple[int, int]) -> bool:

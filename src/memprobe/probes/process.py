@@ -10,7 +10,7 @@ from typing import Any
 from .. import _pid
 from .._errors import ConfigError, show
 from .._flatcode import FlatCode, Unusable, literal
-from .._keptfd import all_same, identity, same_file
+from .._keptfd import all_same, fstat_or_none, identity, same_file
 from .._pid import current_pid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
@@ -221,13 +221,13 @@ if $probe._flat_in != $pid_box[0] or not $same_file($probe._statm, $probe._statm
     raise $Unusable  # not opened in this process, or the program took the fd
 $f = $pread($probe._statm, 256, 0).split()
 if $now - $probe._counted_at >= $max_age:
-    $st = $fstat($probe._task_fd)
-    if $st.st_ino != $probe._task_ino:
+    $st = $fstat_or_none($probe._task_fd)
+    if $st is None or $st.st_ino != $probe._task_ino:
         raise $Unusable
     $probe._threads = $st.st_nlink - 2
 """ + ("""\
-    $st = $fstat($probe._fd_dirfd)
-    if $st.st_ino != $probe._fd_dir_ino:
+    $st = $fstat_or_none($probe._fd_dirfd)
+    if $st is None or $st.st_ino != $probe._fd_dir_ino:
         raise $Unusable
     $probe._nfds = $st.st_size
 """ if fds else "") + """\
@@ -240,7 +240,7 @@ if $now - $probe._counted_at >= $max_age:
                  f"{k['shared_bytes']}: int($f[2]) * $page, {k['vms_bytes']}: int($f[0]) * $page")
         return FlatCode(body, items, {
             "probe": self, "pid_box": _pid._current, "Unusable": Unusable, "pread": os.pread,
-            "same_file": same_file,
+            "same_file": same_file, "fstat_or_none": fstat_or_none,
             "fstat": os.fstat, "page": _PAGE, "max_age": self.count_max_age_seconds})
 
     def _sample_proc(self) -> dict[str, int]:
