@@ -48,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated probe names (default: process,gc); "
                    "see `memprobe probes`")
     r.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
-                   help="seconds between samples, >= 0.001 (default: 0.1)")
+                   help="seconds between samples, 0.001 to 86400 (default: 0.1)")
     r.add_argument("-o", "--output", default="memprobe.jsonl", metavar="PATH",
                    help="JSONL file written (replaced at the end; default: memprobe.jsonl)")
     r.add_argument("-q", "--quiet", action="store_true",

@@ -120,6 +120,16 @@ def test_4_two_runs_of_the_same_output_at_once_the_second_is_refused(tmp_path: P
     assert res.returncode == 0, res.stderr
 
 
+def test_4_a_temporary_file_left_by_a_killed_run_does_not_block(tmp_path: Path) -> None:
+    (tmp_path / "p.py").write_text("pass\n")
+    stale = tmp_path / ".same.jsonl.abcd1234.tmp"  # what SIGKILL leaves: no lock held
+    stale.write_text(line(0) + "\n")
+    res = memprobe("run", "-o", "same.jsonl", "p.py", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert samples_in(tmp_path / "same.jsonl") == 2
+    assert stale.read_text() == line(0) + "\n"  # not ours: left as it is
+
+
 @pytest.mark.parametrize("command", ["run", "html"])
 def test_5_a_replaced_output_keeps_its_mode(tmp_path: Path, command: str) -> None:
     write_run(tmp_path / "a.jsonl")
