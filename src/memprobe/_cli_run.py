@@ -24,7 +24,7 @@ from typing import Any, TextIO
 from ._errors import ConfigError, MemprobeError
 from ._format import safe
 from ._keptfd import identity, same_file
-from ._outputs import check_outputs, claim, commit, discard, temp_beside
+from ._outputs import check_outputs, claim, commit, discard, path_identity, temp_beside
 from ._sample import Sample
 from ._sinks import JsonlSink
 
@@ -215,7 +215,7 @@ def _save_samples(tmp: str, held: int, ident: tuple[int, int], out: str) -> tupl
     temporary file beside ``out``.
     """
     try:
-        if _identity_of(tmp) == ident:
+        if path_identity(tmp) == ident:
             return tmp, ""
         if not same_file(held, ident):
             return "", "the program deleted memprobe's temporary file and closed its fd"
@@ -232,14 +232,6 @@ def _save_samples(tmp: str, held: int, ident: tuple[int, int], out: str) -> tupl
             return new, ""
     except (OSError, MemprobeError) as exc:
         return "", str(exc)
-
-
-def _identity_of(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:

@@ -29,7 +29,8 @@ class OutputError(PathError):
     """An output path that would destroy an input or write through a symlink."""
 
 
-def _identity(path: str) -> tuple[int, int] | None:
+def path_identity(path: str) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of the file at ``path`` (symlinks followed), or None."""
     try:
         st = os.stat(path)
     except OSError:
@@ -46,7 +47,7 @@ def check_outputs(outputs: Sequence[tuple[str, str]], inputs: Sequence[tuple[str
     """
     seen: dict[tuple[int, int], str] = {}
     for what, path in inputs:
-        ident = _identity(path)
+        ident = path_identity(path)
         if ident is not None:
             seen.setdefault(ident, what)
     outs: dict[str, str] = {}
