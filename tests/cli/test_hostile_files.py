@@ -243,7 +243,12 @@ def test_11_the_bytes_read_from_one_file_are_capped(tmp_path: Path, monkeypatch)
 
 def test_12_a_million_bad_lines_cost_ten_warnings_and_bounded_memory(tmp_path: Path) -> None:
     (tmp_path / "a.jsonl").write_text(line(0) + "\n" + "x\n" * 1_000_000)
-    res = subprocess.run(["/usr/bin/time", "-f", "%M", SCRIPT, "report", "a.jsonl"],
+    # a fresh parent whose one child is the command: its children's max rss is the command's
+    measure = ("import resource, subprocess, sys\n"
+               "code = subprocess.run(sys.argv[1:]).returncode\n"
+               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\n"
+               "sys.exit(code)\n")
+    res = subprocess.run([sys.executable, "-c", measure, SCRIPT, "report", "a.jsonl"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     err = res.stderr.splitlines()
