@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import shlex
 import signal
 import sys
 import threading
@@ -22,12 +23,16 @@ from typing import Any, TextIO
 
 from ._errors import ConfigError, MemprobeError
 from ._format import safe
-from ._outputs import check_outputs, commit, discard, temp_beside
+from ._keptfd import identity, same_file
+from ._outputs import check_outputs, claim, commit, discard, path_identity, temp_beside
 from ._sample import Sample
+from ._sinks import JsonlSink
 
 PROG = "memprobe"
 #: The shortest ``--interval``: 1000 samples per second at most.
 MIN_INTERVAL_SECONDS = 0.001
+#: The longest ``--interval``: a day (a thread's wait has a limit near 9.2e9 s).
+MAX_INTERVAL_SECONDS = 86400.0
 
 
 class CliError(MemprobeError):
@@ -43,6 +48,18 @@ def say(stream: TextIO | None, text: str) -> None:
         pass
 
 
+class _RunJsonlSink(JsonlSink):
+    """A JSONL sink whose faults are kept for ``memprobe run``'s own closing lines (a
+    warning in the sampler thread would go through the program's warning filters)."""
+
+    def __init__(self, path: str, tags: dict[str, Any]) -> None:
+        super().__init__(path, tags=tags)
+        self.faults: list[str] = []
+
+    def _warn(self, message: str) -> None:
+        self.faults.append(message.removeprefix("memprobe: "))
+
+
 class OwnSink:
     """A :class:`memprobe.JsonlSink`, opened once every argument is checked, that writes
     only from the process that created it (not from a child the program forks)."""
@@ -52,9 +69,11 @@ class OwnSink:
         self.inner: Any = None
 
     def open(self, path: str, tags: dict[str, Any]) -> None:
-        from ._sinks import JsonlSink
+        self.inner = _RunJsonlSink(path, tags)
 
-        self.inner = JsonlSink(path, tags=tags)
+    @property
+    def faults(self) -> list[str]:
+        return self.inner.faults if self.inner is not None else []
 
     def write(self, sample: Sample) -> None:
         if self.inner is not None and os.getpid() == self.pid:
@@ -161,31 +180,65 @@ def _program_traceback(exc: BaseException) -> None:
 
 
 def _target_path(script: str | None, module: str | None) -> str | None:
-    """The file that will run: the script, or the module's source when it can be found."""
+    """The file that will run: the script (a directory's ``__main__.py``), or the
+    module's source when it can be found from the current directory, as ``-m`` runs it."""
     if script is not None:
-        return script
+        return os.path.join(script, "__main__.py") if os.path.isdir(script) else script
     assert module is not None
-    try:
-        import importlib.util
+    import importlib.util
 
+    saved = sys.path[:]
+    sys.path[:1] = [os.getcwd()]  # as runpy will see it: the console script's dir is not it
+    try:
         spec = importlib.util.find_spec(module)
+        if spec is not None and spec.submodule_search_locations:  # a package: its __main__
+            spec = importlib.util.find_spec(module + ".__main__")
     except Exception:
         return None
-    if spec is not None and spec.submodule_search_locations:  # a package: its __main__
-        try:
-            spec = importlib.util.find_spec(module + ".__main__")
-        except Exception:
-            return None
+    finally:
+        sys.path[:] = saved
     return spec.origin if spec is not None and spec.origin else None
+
+
+def _interval(value: float) -> float:
+    if not MIN_INTERVAL_SECONDS <= value <= MAX_INTERVAL_SECONDS:
+        raise ConfigError("--interval", f"must be a number of seconds from "
+                          f"{MIN_INTERVAL_SECONDS} to {MAX_INTERVAL_SECONDS:g}, got {value!r}")
+    return value
+
+
+def _save_samples(tmp: str, held: int, ident: tuple[int, int], out: str) -> tuple[str, str]:
+    """After the rename of ``tmp`` onto ``out`` failed: where the samples are now, and why.
+
+    ``tmp`` may have been deleted by the program (its bytes are copied from ``held``,
+    memprobe's own fd on it), or ``out`` made a directory: the samples stay in a
+    temporary file beside ``out``.
+    """
+    try:
+        if path_identity(tmp) == ident:
+            return tmp, ""
+        if not same_file(held, ident):
+            return "", "the program deleted memprobe's temporary file and closed its fd"
+        new = temp_beside(out)
+        with open(new, "wb") as f:
+            offset = 0
+            while chunk := os.pread(held, 2**20, offset):
+                f.write(chunk)
+                offset += len(chunk)
+        try:
+            commit(new, out)
+            return out, ""
+        except OSError:
+            return new, ""
+    except (OSError, MemprobeError) as exc:
+        return "", str(exc)
 
 
 def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
     """Run the program; returns its exit status (memprobe's own errors raise)."""
     from ._prober import Prober
 
-    if not opts.interval >= MIN_INTERVAL_SECONDS or opts.interval == float("inf"):
-        raise ConfigError("--interval", f"must be a number of seconds >= {MIN_INTERVAL_SECONDS}"
-                          f" and finite, got {opts.interval!r}")
+    _interval(opts.interval)
     names = [n.strip() for n in opts.probes.split(",") if n.strip()]
     if not names:
         raise ConfigError("--probes", "names no probe")
@@ -196,26 +249,36 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
         script = prog_args[0]
         if not os.path.exists(script):
             raise CliError(f"{safe(script)}: no such file")
-    out = opts.output
+    shown = opts.output  # as the user gave it, for the messages
+    out = os.path.abspath(shown)  # where it goes, whatever directory the program moves to
     # Every argument is checked before any file is opened: the probes (by
     # building the Prober, whose sink opens at the first sample), then the output.
     own = OwnSink()
-    with warnings.catch_warnings(record=True) as caught:  # plugin faults, as memprobe's lines
-        warnings.simplefilter("always")
-        prober = Prober(probes=names, sink=own, history=16)
-    for w in caught:
-        say(sys.stderr, f"{PROG}: warning: {safe(w.message, 1000)}")
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # plugin faults, as our lines
+            warnings.simplefilter("always")
+            prober = Prober(probes=names, sink=own, history=16)
+    finally:  # printed also when --probes is refused
+        for w in caught:
+            say(sys.stderr, f"{PROG}: warning: {safe(w.message, 1000)}")
     if os.path.exists(out):
         target = _target_path(script, module)
-        check_outputs([("-o", out)], [("program being run", target)] if target else [])
+        check_outputs([("-o", shown)], [("program being run", target)] if target else [])
     else:
-        check_outputs([("-o", out)], [])
+        check_outputs([("-o", shown)], [])
     tmp = temp_beside(out)
+    try:
+        held = claim(tmp, shown)
+    except BaseException:
+        discard(tmp)
+        raise
+    held_ident = identity(held)
     own.open(tmp, {"role": "main", "command": module or script})
     sampler = Sampler(prober, opts.interval)
     err = sys.stderr  # memprobe's own lines go here, whatever the program does to sys.stderr
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     code = 0
+    where = ""  # where the samples went
     interrupted = False
     # The program's globals (or the exception holding its frames) stay alive until the
     # exit sample: what the program holds at its end is what the "end" column shows.
@@ -251,12 +314,21 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
                 pass
             sampler.stop()
             del keep  # the program's globals go now, not at memprobe's exit
+            for fault in own.faults:
+                say(err, f"{PROG}: warning: {safe(fault, 1000)}")
+            # The program's exit status is its own, whatever happens to the output.
             try:
                 commit(tmp, out)
+                where = out
             except OSError as exc:
-                discard(tmp)
-                say(err, f"{PROG}: error: {safe(out)}: {exc.strerror}")
-                code = code or 2
+                where, why = _save_samples(tmp, held, held_ident, out)
+                if where != out:
+                    say(err, f"{PROG}: warning: {safe(shown)} could not be written "
+                        f"({exc.strerror}); " + (
+                            f"the samples are kept in {safe(where)}" if where else
+                            f"the samples are lost ({safe(why)})"))
+            if same_file(held, held_ident):
+                os.close(held)
             sys.argv = saved_argv
             if saved_path0 is not None:
                 sys.path[0] = saved_path0
@@ -264,9 +336,11 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
         if interrupted:
             return 130
         return code
-    if not opts.quiet:
-        say(err, f"{PROG}: {sampler.step} samples of {','.join(names)} written to {safe(out)}; "
-            f"see `memprobe report {safe(out)}`")
+    if not opts.quiet and where:
+        shown_where = shown if where == out else where
+        hint = shlex.quote(shown_where)  # pasted into a shell as it is
+        say(err, f"{PROG}: {sampler.step} samples of {','.join(names)} written to "
+            f"{safe(shown_where, 1000)}; see `memprobe report {safe(hint, 1000)}`")
     if interrupted:
         # As python does on an uncaught KeyboardInterrupt: die of SIGINT.
         signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,9 +129,22 @@ def load_runs(
         if not os.path.lexists(path):
             raise JsonlReadError(path, "no such file")
     runs: dict[str, ProcessRun] = {}
+    read: dict[tuple[int, int], str] = {}  # (st_dev, st_ino) of each file read
     for i, path in enumerate(files, start=1):
         if on_file is not None:
             on_file(i, len(files), path)
+        try:
+            st = os.stat(path)
+            ident = (st.st_dev, st.st_ino)
+        except OSError:
+            ident = None  # iter_records names the fault
+        if ident is not None and ident in read:
+            text = (f"{path}: the same file as {read[ident]} (a second name or a hard "
+                    "link); read once")
+            _warn(text, on_warning)
+            continue
+        if ident is not None:
+            read[ident] = path
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for rec in iter_records(path):
@@ -146,9 +160,16 @@ def load_runs(
                 on_warning(str(w.message))
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    out = list(runs.values())
-    for run in out:
+    out = []
+    for run in runs.values():
         run.samples.sort(key=lambda s: s.time_seconds)
+        if not math.isfinite(run.span_seconds):  # times of +-1.7e308: no rate can be given
+            text = (f"{', '.join(run.files)}: {run.label}: its times span more than a float "
+                    f"holds ({run.samples[0].time_seconds:g} to "
+                    f"{run.samples[-1].time_seconds:g} s); not reported")
+            _warn(text, on_warning)
+            continue
+        out.append(run)
         for s in run.samples:
             prefix = keys.infer_prefix(s.values)
             if prefix is not None:
@@ -157,24 +178,39 @@ def load_runs(
     return out
 
 
+def _warn(text: str, on_warning: Callable[[str], None] | None) -> None:
+    if on_warning is not None:
+        on_warning(text)
+    else:
+        warnings.warn(text, MemprobeWarning, stacklevel=3)
+
+
 # -- units -----------------------------------------------------------------------------------
 _DECLARATIONS: dict[str, Mapping[str, Any]] | None = None
 
 
-def declarations() -> Mapping[str, Mapping[str, Any]]:
-    """The metric declarations of every installed probe and of the Prober's own sections."""
+def declarations(on_warning: Callable[[str], None] | None = None
+                 ) -> Mapping[str, Mapping[str, Any]]:
+    """The metric declarations of every installed probe and of the Prober's own sections.
+
+    :param on_warning: called with the text of each plugin warning given while the
+        plugins load (a plugin slow to import, one that fails); default: dropped.
+    """
     global _DECLARATIONS
     if _DECLARATIONS is None:
         decl: dict[str, Mapping[str, Any]] = dict(PROBER_METRICS)
-        try:
-            from ._plugins import collect_probes, get_plugin_manager
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                from ._plugins import collect_probes, get_plugin_manager
 
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # `memprobe probes` is where plugin faults show
                 for name, info in collect_probes(get_plugin_manager()).items():
                     decl.setdefault(name, dict(getattr(info.factory, "metrics", {}) or {}))
-        except Exception:  # a broken plugin: its metrics get the default declaration
-            pass
+            except Exception:  # a broken plugin: its metrics get the default declaration
+                pass
+        if on_warning is not None:
+            for w in caught:
+                on_warning(str(w.message))
         _DECLARATIONS = decl
     return _DECLARATIONS
 
@@ -246,10 +282,10 @@ def verdict_text(m: MetricSummary) -> str:
     # The forecast the process made at its last check against its own memory limit.
     oom = "" if v.hours_to_oom is None else f", out of memory in {v.hours_to_oom:.3g} h"
     if v.status == "leak":
-        if v.rate_per_hour is not None:
+        if v.rate_per_hour is not None and math.isfinite(v.rate_per_hour):
             return f"LEAK {fmt(v.rate_per_hour, m.unit, True)}/h{oom}"
         return f"LEAK {fmt(v.slope_per_step, m.unit, True)}/step"
-    if v.status == "slight" and v.rate_per_hour is not None:
+    if v.status == "slight" and v.rate_per_hour is not None and math.isfinite(v.rate_per_hour):
         return f"growing slightly {fmt(v.rate_per_hour, m.unit, True)}/h{oom}"
     if v.status == "insufficient":
         return "too few samples"

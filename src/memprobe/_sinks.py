@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ._errors import ConfigError, MemprobeWarning, show
+from ._keptfd import identity, same_file
 from ._sample import Sample
 from .hookspecs import hookimpl
 
@@ -101,6 +102,12 @@ class JsonlSink:
     is opened, so that several processes can share one setting. After a
     fork the child opens its own file.
 
+    The sink checks before each write that its file descriptor still refers
+    to its file (device and inode; one ``fstat``). When the program closed it,
+    or closed it and opened a file of its own under the same number, the sink
+    never writes there: it warns once, naming the path, and reopens the path
+    if it is still the same file (else no more samples go to it).
+
     Lines are encoded by `orjson <https://github.com/ijl/orjson>`_ (far
     cheaper than ``json.dumps``: docs/performance.md) and written
     with one ``os.write`` on a file descriptor opened with ``O_APPEND``: no
@@ -120,6 +127,7 @@ class JsonlSink:
         json.dumps(self.tags)  # fail now, in the caller, if a tag cannot be written
         self._fd = -1
         self._pid = -1
+        self._ident = (-1, -1)
         self.failed = False
         self.path = ""
 
@@ -134,8 +142,34 @@ class JsonlSink:
         # An fd inherited from the parent is left open: closing it by number in a
         # child that may have reused the number would close someone else's file.
         self._fd = os.open(self.path, _OPEN_FLAGS, 0o666)
+        self._ident = identity(self._fd)
         self._pid = pid
         return self._fd
+
+    def _reopen(self) -> int:
+        """A new fd on the path when it is still the file first opened, else -1 (the sink
+        turns itself off); the old fd (closed, or reused by the program) is left alone."""
+        self._fd = -1
+        what = (f"memprobe: the file descriptor of {self.path!r} was closed or reused by "
+                "the program, so memprobe no longer writes to it")
+        try:
+            fd = os.open(self.path, _OPEN_FLAGS & ~os.O_CREAT | getattr(os, "O_NOFOLLOW", 0))
+        except OSError as exc:
+            why = f"reopening the path failed ({exc.strerror})"
+        else:
+            if identity(fd) == self._ident:
+                self._fd = fd
+                self._warn(f"{what}; it reopened the path and goes on writing there")
+                return fd
+            os.close(fd)
+            why = "the path is now another file"
+        self.failed = True
+        self._warn(f"{what}; {why}; no more samples go to that file")
+        return -1
+
+    def _warn(self, message: str) -> None:
+        """Report a fault of this sink (a :class:`MemprobeWarning`)."""
+        warnings.warn(message, MemprobeWarning, stacklevel=4)
 
     def _line(self, sample: Sample) -> bytes:
         """The line written for ``sample``, newline included."""
@@ -171,6 +205,10 @@ class JsonlSink:
             # A sample made in this process carries its pid: os.getpid() only otherwise.
             if pid == self._pid or self._pid == os.getpid():
                 fd = self._fd
+                if not same_file(fd, self._ident):
+                    fd = self._reopen()
+                    if fd < 0:
+                        return
             else:
                 fd = self._open()
             record: dict[str, Any] = {"time": time_seconds, "step": step, "pid": pid}
@@ -195,15 +233,11 @@ class JsonlSink:
                 n = os.write(fd, data)
         except (OSError, ValueError) as exc:
             self.failed = True
-            warnings.warn(
-                f"memprobe: writing samples to {self.path or self.path_template!r} failed "
-                f"({type(exc).__name__}: {exc}); no more samples go to that file",
-                MemprobeWarning,
-                stacklevel=3,
-            )
+            self._warn(f"memprobe: writing samples to {self.path or self.path_template!r} "
+                       f"failed ({type(exc).__name__}: {exc}); no more samples go to that file")
 
     def close(self) -> None:
-        if self._fd >= 0 and self._pid == os.getpid():
+        if self._fd >= 0 and self._pid == os.getpid() and same_file(self._fd, self._ident):
             try:
                 os.close(self._fd)
             except OSError:

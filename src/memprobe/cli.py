@@ -24,6 +24,9 @@ from ._format import fmt_seconds, safe
 
 __all__ = ["PROG", "CliError", "main"]
 
+#: The most samples ``memprobe probes --repeat`` times per probe.
+MAX_REPEAT = 10_000
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -45,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="comma-separated probe names (default: process,gc); "
                    "see `memprobe probes`")
     r.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
-                   help="seconds between samples, >= 0.001 (default: 0.1)")
+                   help="seconds between samples, 0.001 to 86400 (default: 0.1)")
     r.add_argument("-o", "--output", default="memprobe.jsonl", metavar="PATH",
                    help="JSONL file written (replaced at the end; default: memprobe.jsonl)")
     r.add_argument("-q", "--quiet", action="store_true",
@@ -65,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("probes", help="list installed probes, their metrics and measured cost",
                         description="List the installed probes (built-in and entry points) "
                         "with their metric keys, units and cost per sample on this machine.")
-    pr.add_argument("--repeat", type=int, default=5, help="samples per probe to time (default 5)")
+    pr.add_argument("--repeat", type=int, default=5,
+                    help=f"samples per probe to time, 1 to {MAX_REPEAT:,} (default 5)")
 
     g = sub.add_parser("grafana-dashboard",
                        help="write the Grafana dashboard for memprobe's Ray metrics (JSON)",
@@ -122,7 +126,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ._render_png import pyplot
     from ._render_png import render as render_png
     from ._render_text import render as render_text
-    from ._runs import load_runs, summarize_all
+    from ._runs import declarations, load_runs, summarize_all
 
     outputs = [(opt, path) for opt, path in (("--plot", args.plot), ("--html", args.html))
                if path]
@@ -130,24 +134,41 @@ def cmd_report(args: argparse.Namespace) -> int:
     plt = pyplot() if outputs else None
     if args.plot and plt is None:
         raise CliError("--plot needs matplotlib: pip install 'memprobe[plot]'")
-    runs = load_runs(args.files, on_file=_progress,
-                     on_warning=lambda m: print(f"{PROG}: warning: {safe(m, 1000)}",
-                                                file=sys.stderr))
+    def warn(message: str) -> None:
+        print(f"{PROG}: warning: {safe(message, 1000)}", file=sys.stderr)
+
+    runs = load_runs(args.files, on_file=_progress, on_warning=warn)
+    declarations(on_warning=warn)  # the plugins load here: their faults shown, as by run
     if len(args.files) > 1 and sys.stderr.isatty():
         print(file=sys.stderr)
     summaries = summarize_all(runs)
     if not summaries:
         raise CliError(f"no samples in {', '.join(safe(f) for f in args.files)}")
-    sys.stdout.write(render_text(summaries))
-    sys.stdout.flush()
+    _write_escaped(render_text(summaries))
     png = render_png(plt, summaries) if plt is not None else None
     if args.plot and png is not None:
         write_file(args.plot, png)
         print(f"plot written to {safe(args.plot)}", file=sys.stderr)
     if args.html:
-        write_file(args.html, render_html(summaries, png, args.files).encode("utf-8"))
+        write_file(args.html, render_html(summaries, png, args.files)
+                   .encode("utf-8", "backslashreplace"))
         print(f"html written to {safe(args.html)}", file=sys.stderr)
     return 0
+
+
+def _write_escaped(text: str) -> None:
+    """``text`` on stdout; what its encoding cannot write (a lone surrogate from a file
+    name that is not UTF-8) is shown escaped (``\\udcff``) instead of failing."""
+    out = sys.stdout
+    errors = getattr(out, "errors", None)
+    if errors is not None and hasattr(out, "reconfigure"):
+        out.reconfigure(errors="backslashreplace")
+    try:
+        out.write(text)
+        out.flush()
+    finally:
+        if errors is not None and hasattr(out, "reconfigure"):
+            out.reconfigure(errors=errors)
 
 
 # -- probes --------------------------------------------------------------------------------
@@ -182,8 +203,8 @@ def cmd_probes(args: argparse.Namespace) -> int:
     from ._render_text import table
     from .metrics import as_metric
 
-    if args.repeat < 1:
-        raise ConfigError("--repeat", f"must be >= 1, got {args.repeat!r}")
+    if not 1 <= args.repeat <= MAX_REPEAT:
+        raise ConfigError("--repeat", f"must be from 1 to {MAX_REPEAT:,}, got {args.repeat!r}")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         registry = collect_probes(get_plugin_manager())

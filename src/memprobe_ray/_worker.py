@@ -59,8 +59,37 @@ INTERVAL_ENV = "MEMPROBE_RAY_INTERVAL_SECONDS"
 HOOK_ENV = "MEMPROBE_RAY_SETUP_HOOK"
 
 
+#: The values :data:`HOOK_ENV` takes: off, or on (the default).
+_HOOK_OFF = ("off", "0", "false", "no")
+_HOOK_ON = ("", "on", "1", "true", "yes")
+#: The range of :data:`INTERVAL_ENV`, in seconds.
+ENV_INTERVAL_RANGE_SECONDS = (0.001, 86400.0)
+
+
 def _hook_off() -> bool:
-    return os.environ.get(HOOK_ENV, "").strip().lower() in ("off", "0", "false", "no")
+    """Whether :data:`HOOK_ENV` turns the hook off; a value that is neither on nor off is
+    a :class:`memprobe.ConfigError` naming the variable."""
+    value = os.environ.get(HOOK_ENV, "")
+    word = value.strip().lower()
+    if word not in _HOOK_OFF + _HOOK_ON:
+        raise memprobe.ConfigError(HOOK_ENV, f"must be 'off' or 'on', got {value!r}")
+    return word in _HOOK_OFF
+
+
+def _env_interval() -> float:
+    """:data:`INTERVAL_ENV` in seconds (the default when unset), checked like an option."""
+    value = os.environ.get(INTERVAL_ENV)
+    if value is None or not value.strip():
+        return float(DEFAULTS["interval_seconds"])
+    low, high = ENV_INTERVAL_RANGE_SECONDS
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not low <= seconds <= high:
+        raise memprobe.ConfigError(INTERVAL_ENV, f"must be a number of seconds from {low:g} "
+                                   f"to {high:g}, got {value[:100]!r}")
+    return seconds
 
 
 _LOG = logging.getLogger("memprobe_ray")
@@ -277,8 +306,7 @@ def setup() -> None:
     """
     if _hook_off():
         return
-    interval = float(os.environ.get(INTERVAL_ENV, DEFAULTS["interval_seconds"]))
-    start_sampler(interval_seconds=interval)
+    start_sampler(interval_seconds=_env_interval())
 
 
 def setup_hook(**options: Any) -> Callable[[], None]:

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from .._errors import ConfigError, show
+from .._keptfd import all_same, identity, same_file
 from .._pid import current_pid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
@@ -98,6 +99,9 @@ class ProcessProbe:
     # has nothing to close when it is collected.
     _statm = _stat = _fd_dirfd = _task_fd = -1
     _proc: Any = None
+    # (fd, st_dev, st_ino) of the kept fds, checked before use (memprobe._keptfd)
+    _kept: tuple[tuple[int, int, int], ...] = ()
+    _statm_id = (-1, -1)
 
     def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None,
                  count_max_age_seconds: float = DEFAULT_COUNT_MAX_AGE_SECONDS) -> None:
@@ -151,6 +155,10 @@ class ProcessProbe:
 
             self._proc = psutil.Process(pid)
         self._opened_in = current_pid()
+        self._kept = tuple((fd, *identity(fd)) for fd in
+                           (self._statm, self._stat, self._fd_dirfd, self._task_fd) if fd >= 0)
+        if self._statm >= 0:
+            self._statm_id = identity(self._statm)
         self._counted_at = float("-inf")  # the counts taken before belong to another process
 
     def _close(self) -> None:
@@ -180,6 +188,8 @@ class ProcessProbe:
             # the parent's fds: do not close them
             self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
             self._open()
+        elif self._statm >= 0 and not same_file(self._statm, self._statm_id):
+            self._lost_kept_fds()  # the program closed or reused it: never touch it again
         if self._statm >= 0 and not self.full:
             return self._sample_proc()
         out = self._sample_psutil() if self._statm < 0 else dict(
@@ -197,10 +207,22 @@ class ProcessProbe:
         """The metrics of a row that ``sample()`` returns, in its order."""
         return _COLUMNS if self.fds else _COLUMNS_NO_FDS
 
+    def _lost_kept_fds(self) -> None:
+        """The program closed or reused a descriptor the probe kept: forget them all
+        (their numbers are the program's now, never to be read or closed), open new
+        ones, and drop this sample."""
+        self._statm = self._stat = self._fd_dirfd = self._task_fd = -1
+        self._open()
+        raise OSError(f"the program closed or reused the file descriptors the probe "
+                      f"kept on {os.path.dirname(self._fd_dir)}/statm and its "
+                      "neighbours; it reopened them, and this sample is dropped")
+
     def _sample_proc(self) -> tuple[int, ...]:
         f = os.pread(self._statm, 256, 0).split()
         now = _perf_counter()
         if now - self._counted_at >= self.count_max_age_seconds:
+            if not all_same(self._kept):  # the descriptors read below, checked as rarely
+                self._lost_kept_fds()
             if self._task_fd >= 0:
                 self._threads = os.fstat(self._task_fd).st_nlink - 2
             else:
