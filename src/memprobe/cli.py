@@ -36,9 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Memory probes for Python programs: run, report, list probes."
     )
-    from . import __version__
+    import memprobe
 
-    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    p.add_argument("--version", action="version", version=f"{PROG} {memprobe.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
