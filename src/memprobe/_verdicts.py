@@ -150,16 +150,19 @@ class Verdict:
         return format_culprit(name) if name is not None else None
 
     def describe(self) -> str:
-        """One line: metric, status, rate per step and per hour, kind, culprits."""
+        """One line in words: ``process/rss_bytes: leak, +1.1 MiB per episode (+29.5
+        MiB/hour), 95% interval +1.0 to +1.2 MiB, over 60 episodes (warm-up 5)``, then
+        the kind, the culprits, the note and what holds the leak."""
+        from ._format import fmt_interval
+
+        unit = "bytes" if self.key.endswith("_bytes") else ""
         s = f"{self.metric}: {STATUS_WORDS.get(self.status, self.status)}"
         if self.n_points and self.slope_high:
-            s += (
-                f", {_amount(self.slope_per_step, self.key)}/{self.step} "
-                f"[{self.slope_low:+.4g}, {self.slope_high:+.4g}]"
-            )
+            s += f", {_amount(self.slope_per_step, self.key)} per {self.step}"
             if self.rate_per_hour is not None:
-                s += f", {_amount(self.rate_per_hour, self.key)}/hour"
-        s += f" over {self.n_points} {self.step}s (warm-up {self.warmup_points})"
+                s += f" ({_amount(self.rate_per_hour, self.key)}/hour)"
+            s += f", 95% interval {fmt_interval(self.slope_low, self.slope_high, unit)}"
+        s += f", over {self.n_points} {self.step}s (warm-up {self.warmup_points})"
         if self.kind:
             s += f"; kind: {self.kind}"
         if self.culprits:
@@ -172,13 +175,10 @@ class Verdict:
 
 
 def _amount(v: float, key: str) -> str:
-    if not key.endswith("_bytes"):
-        return f"{v:+.4g}"
-    a = abs(v)
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if a >= size:
-            return f"{v / size:+.4g} {unit}"
-    return f"{v:+.4g} B"
+    """An amount of the metric ``key`` measures, signed: ``+1.1 MiB``, ``+3``."""
+    from ._format import fmt_value
+
+    return fmt_value(v, "bytes" if key.endswith("_bytes") else "", signed=True)
 
 
 @dataclass(frozen=True)
