@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._errors import MemprobeError
 from ._format import fmt_value
 from ._kinds import FILTERED, KINDS
 from ._pytest_options import Judged, Settings
@@ -23,7 +24,7 @@ DEFAULT_METRICS = (FILTERED, "process/rss_bytes")
 NATIVE_CALLS = 5
 
 
-class PeakError(AssertionError):
+class PeakError(MemprobeError, AssertionError):
     """A test's traced memory rose above its ``memprobe_limit_peak``."""
 
 
