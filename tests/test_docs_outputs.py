@@ -3,9 +3,10 @@ snippet beside it, and the test fails when the output no longer has the shape sh
 
 A snippet or an output is the fenced block right after a ``<!-- docs-test: NAME -->``
 comment. The shape of an output is its lines with every number replaced by ``N``
-(and an amount of bytes, in whatever unit, by ``N bytes``), runs of spaces collapsed, and the verdict of a metric that does not leak (``ok``,
-``growing slightly``, ``levelled off``) written ``calm``: a different machine
-prints other numbers, never other lines, metrics, units, sites or words.
+(and an amount of bytes, in whatever unit, by ``N bytes``), runs of spaces
+collapsed, and the verdict of a metric that does not leak (``ok``, ``growing
+slightly``, ``levelled off``) written ``calm``: a different machine prints other
+numbers, never other lines, metrics, sites or words.
 """
 
 from __future__ import annotations

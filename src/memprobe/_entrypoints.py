@@ -93,9 +93,10 @@ def fingerprint() -> str:
 def _scan() -> list[EntryPoint]:
     import importlib.metadata  # here: most of a scan's cost is this import
 
-    eps = importlib.metadata.entry_points()
-    selected = (eps.select(group=GROUP) if hasattr(eps, "select")
-                else eps.get(GROUP, ()))  # type: ignore[attr-defined]
+    if sys.version_info >= (3, 10):
+        selected: Iterable[Any] = importlib.metadata.entry_points(group=GROUP)
+    else:
+        selected = importlib.metadata.entry_points().get(GROUP, ())
     found = []
     for ep in selected:
         dist = getattr(getattr(ep, "dist", None), "name", None) or "<unknown distribution>"

@@ -45,7 +45,7 @@ class Settings:
     off: bool = False
 
     def allowed(self, culprit: str) -> bool:
-        """True when ``culprit`` (a site chain or a type name) matches a pattern of the allowlist."""
+        """True when ``culprit`` (a site chain or a type name) matches an allowlist pattern."""
         parts = [culprit, *(p.strip() for p in culprit.split("→"))]
         return any(fnmatch.fnmatchcase(p, pat) for pat in self.allow for p in parts)
 

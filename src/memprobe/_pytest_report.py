@@ -53,7 +53,10 @@ def _culprits(report: Any, failing: Sequence[Any]) -> list[tuple[str, Any]]:
             out.append((v.site, v))
     named = {c for c, _ in out}
     for v in failing:
-        out += [(c, None) for c in v.culprits if c not in named and not named.add(c)]
+        for c in v.culprits:
+            if c not in named:
+                named.add(c)
+                out.append((c, None))
     return out
 
 
@@ -78,6 +81,7 @@ def _leak(nodeid: str, body: Callable[[], Any], opts: dict[str, Any], s: Setting
 
     __tracebackhide__ = True
     metrics = tuple(opts.get("metrics", DEFAULT_METRICS))
+    report: Any
     try:
         report = assert_no_leak(body, **opts)
     except LeakError as exc:
