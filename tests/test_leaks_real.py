@@ -226,7 +226,7 @@ def test_tens_of_bytes_per_call_is_growing_slightly() -> None:
     traced = report.get("tracemalloc/filtered_bytes")
     assert traced is not None and traced.status == "slight", report
     assert 40 < traced.slope_per_step < 120 and not report.has_leak, report
-    assert "growing slightly" in traced.describe() and "B/call" in traced.describe()
+    assert "growing slightly" in traced.describe() and "B per call" in traced.describe()
 
 
 def test_file_mapping_left_open_is_memory_mapped_files(tmp_path) -> None:

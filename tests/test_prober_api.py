@@ -14,6 +14,7 @@ import pytest
 
 import memprobe
 from memprobe._errors import PathError
+from memprobe._pytest_report import PeakError
 
 
 def test_describe_resolves_every_key_a_prober_emits() -> None:
@@ -38,8 +39,11 @@ def test_prober_report_judges_its_own_prefix() -> None:
         for i in range(30):
             prober.sample(step=i)
     report = prober.report()
-    assert isinstance(report, memprobe.Report)
-    assert report.get("process/rss_bytes") is not None
+    assert isinstance(report, memprobe.Report) and report.prefix == "memprobe/driver"
+    rss = report.get("process/rss_bytes")
+    assert rss is not None and rss.key == "memprobe/driver/process/rss_bytes"
+    assert rss.metric == "process/rss_bytes" and rss.n_points + rss.warmup_points == 30
+    assert report.verdicts and all(k.startswith("memprobe/driver/") for k in report.verdicts)
 
 
 def test_the_alarm_is_an_object_with_latest_verdicts() -> None:
@@ -182,6 +186,7 @@ ERRORS: dict[str, Callable[[pathlib.Path], BaseException]] = {
     "OutputError": _output_error,
     "CliError": lambda _: _cli_error(),
     "LeakError": lambda _: _leak_error(),
+    "PeakError": lambda _: PeakError("traced memory peaked +5.0 MiB above the start"),
     "MemprobeError": lambda _: memprobe.MemprobeError("base: message"),
     "ComponentError": lambda _: _component_error(),
     "RayMetricsUnavailable": lambda _: _ray_metrics_unavailable(),

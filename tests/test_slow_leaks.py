@@ -43,7 +43,7 @@ def test_a_large_growth_then_flat_grew_then_stopped_never_slight() -> None:
     v = memprobe.analyze(list(range(400)), ys, key="memprobe/process/rss_bytes",
                          min_growth=0.005 * ys[-1])
     assert v.status == "levelled", v.describe()
-    assert "grew 1.99 GiB, then stopped" in v.describe(), v.describe()
+    assert "grew 2.0 GiB, then stopped" in v.describe(), v.describe()
     assert "slightly" not in v.describe()
     # Same through analyze_samples, with times (the Ray test's JSONL: 0.5 s per sample).
     samples = [memprobe.Sample(1000.0 + 0.5 * i, i, 1, {"memprobe/process/rss_bytes": y})

@@ -333,7 +333,7 @@ def test_tens_of_bytes_per_step_is_growing_slightly_not_a_leak() -> None:
     report = memprobe.analyze_samples(_filtered(40))
     v = report.get("tracemalloc/filtered_bytes")
     assert v.status == "slight" and not report.has_leak, v.describe()
-    assert "growing slightly" in v.describe() and "B/sample" in v.describe()
+    assert "growing slightly" in v.describe() and "B per sample" in v.describe()
     assert v.slope_per_step == pytest.approx(40, rel=0.1)
     # 1 KiB per step (50 KiB, 0.06% of the 80 MB process) is slight too; 16 KiB per
     # step (800 KiB, 1%) is a leak; so is 40 B/step with no floor.
@@ -354,7 +354,7 @@ def test_rate_per_hour_beside_the_rate_per_sample() -> None:
     v = memprobe.analyze_samples(_filtered(2048)).get("tracemalloc/filtered_bytes")
     assert v.step == "sample"
     assert v.rate_per_hour == pytest.approx(2048 / 2 * 3600, rel=0.05)
-    assert "KiB/sample" in v.describe() and "MiB/hour" in v.describe()
+    assert "KiB per sample (+" in v.describe() and "MiB/hour" in v.describe()
 
 
 def test_leak_options_are_a_public_set_the_prober_checks() -> None:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ._flatten import SiteKeyCap
     from ._flatten import SiteMap
     from ._flatten import flatten
+    from ._format import format_value
     from ._alarm import LeakAlarm
     from ._history import History
     from ._oom import Headroom
@@ -71,6 +72,7 @@ _LAZY = {
     "SiteKeyCap": "._flatten",
     "SiteMap": "._flatten",
     "flatten": "._flatten",
+    "format_value": "._format",
     "LeakAlarm": "._alarm",
     "History": "._history",
     "Headroom": "._oom",
@@ -181,6 +183,7 @@ __all__ = [
     "assert_no_leak",
     "check_leaks",
     "flatten",
+    "format_value",
     "get_plugin_manager",
     "hookimpl",
     "hookspec",

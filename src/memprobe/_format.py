@@ -1,4 +1,10 @@
-"""Numbers and text for people: values in their unit, file content made safe to print.
+"""Numbers and text for people: values in their unit, sizes people write, file content
+made safe to print.
+
+One module owns the format of an amount: :func:`fmt_value` writes one
+(``+1.1 MiB``), :func:`fmt_interval` a range in one unit (``+1.0 to +1.2 MiB``),
+:func:`parse_size` reads the sizes people write (``"64 KB"``, ``"1.5 MiB"``,
+``65536``).
 
 Everything a report shows that came from a file (tags, the command, metric
 and site keys, notes, file names) goes through :func:`safe` before it reaches
@@ -9,6 +15,8 @@ clear the screen or write the clipboard (OSC 52) of the person reading it.
 from __future__ import annotations
 
 import math
+import re
+from typing import Any
 
 #: Values longer than this many characters are cut, with an ellipsis.
 MAX_TEXT = 200
@@ -54,6 +62,90 @@ def fmt_value(v: float, unit: str, signed: bool = False) -> str:
     if float(v).is_integer() and a < 1e15:
         return f"{sign}{int(v)}"
     return f"{sign}{v:.4g}"
+
+
+def _byte_scale(a: float) -> tuple[str, float]:
+    for name, div in _BYTE_UNITS:
+        if a >= div:
+            return name, div
+    return "B", 1
+
+
+def fmt_interval(low: float, high: float, unit: str) -> str:
+    """A range, signed, its unit written once and chosen by the larger end:
+    ``+1.0 to +1.2 MiB``; ``-3 to +5`` for a count."""
+    if unit != "bytes" or not (math.isfinite(low) and math.isfinite(high)):
+        return f"{fmt_value(low, unit, True)} to {fmt_value(high, unit, True)}"
+    name, div = _byte_scale(max(abs(low), abs(high)))
+    digits = 0 if name == "B" else 1
+
+    def one(v: float) -> str:
+        return f"{'+' if v > 0 else ''}{v / div:.{digits}f}"
+
+    return f"{one(low)} to {one(high)} {name}"
+
+
+#: What a unit of a size multiplies: KB and KiB alike are 1024 bytes, as in
+#: pytest-memray, so a limit copied from it means the same here.
+SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20,
+              "mib": 2**20, "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40,
+              "tib": 2**40, "p": 2**50, "pb": 2**50, "pib": 2**50, "eb": 2**60,
+              "eib": 2**60}
+#: The largest size accepted: far above any memory, far below float trouble.
+MAX_SIZE = 2**60
+_SIZE = re.compile(r"\s*\+?\s*((?:\d+(?:_\d+)*)?\.?\d+(?:_\d+)*(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*")
+
+
+def parse_size(value: object, option: str) -> int:
+    """Bytes from a size as people write it: ``65536``, ``"64 KB"``, ``"1.5 MiB"``, ``"2g"``.
+
+    Units (any case): B, K/KB/KiB (1024), M/MB/MiB, G/GB/GiB, T/TB/TiB, P/PB/PiB, EB/EiB; a bare
+    number is bytes; ``_`` may group digits. The result is rounded to whole bytes.
+
+    :raises ConfigError: naming ``option``, for anything else (negative, not finite,
+        an unknown unit, above 1 EiB).
+    """
+    from ._errors import ConfigError, show
+
+    def bad(why: str = "") -> ConfigError:
+        return ConfigError(option, f"must be a size: bytes (65536) or a number and a unit "
+                           f"(64 KB, 1.5 MiB; KB = KiB = 1024 bytes){why}, got {show(value)}")
+
+    if isinstance(value, bool):
+        raise bad()
+    if isinstance(value, int):
+        number: Any = value
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise bad()
+        number = value
+    elif isinstance(value, str):
+        m = _SIZE.fullmatch(value)
+        if m is None or m.group(2).lower() not in SIZE_UNITS:
+            raise bad()
+        from decimal import Decimal, InvalidOperation
+
+        try:  # exact: "9007199254740993" is that many bytes, not the nearest double
+            number = Decimal(m.group(1).replace("_", "")) * SIZE_UNITS[m.group(2).lower()]
+        except InvalidOperation:
+            raise bad() from None
+    else:
+        raise bad()
+    if number < 0:
+        raise bad()
+    if number > MAX_SIZE:
+        raise bad(f" up to {MAX_SIZE} bytes")
+    return int(round(number))
+
+
+def format_value(v: float, unit: str, signed: bool = False) -> str:
+    """A value in its unit as memprobe's reports write it: ``12.8 MiB``, ``+3``, ``1.5 ms``.
+
+    :param unit: ``bytes`` (shown in B, KiB, MiB...), ``seconds``, ``count``,
+        ``fraction`` or ``""``.
+    :param signed: write ``+`` before a positive value.
+    """
+    return fmt_value(v, unit, signed)
 
 
 def fmt_seconds(s: float) -> str:

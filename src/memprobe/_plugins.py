@@ -16,7 +16,7 @@ from . import hookspecs
 from ._errors import ConfigError, PluginWarning, did_you_mean, show
 from .metrics import Metric, as_metric
 
-#: The entry-point group third-party plugins declare.
+#: The entry-point group third-party plugins declare (found by :mod:`memprobe._entrypoints`).
 ENTRY_POINT_GROUP = "memprobe"
 #: Comma-separated plugin names that are not loaded (built-in or entry point).
 DISABLE_ENV = "MEMPROBE_DISABLE_PLUGINS"
@@ -141,12 +141,9 @@ def get_plugin_manager(
 
 
 def _entry_points() -> Iterable[Any]:
-    import importlib.metadata  # here, not at import: most of an eager import's cost
+    from ._entrypoints import entry_points
 
-    eps = importlib.metadata.entry_points()
-    if hasattr(eps, "select"):
-        return eps.select(group=ENTRY_POINT_GROUP)  # type: ignore[no-any-return]
-    return eps.get(ENTRY_POINT_GROUP, ())  # type: ignore[no-any-return,attr-defined]
+    return entry_points()
 
 
 def _load_entrypoints(pm: _PluginManager, skip: set[str]) -> set[str]:
@@ -154,7 +151,8 @@ def _load_entrypoints(pm: _PluginManager, skip: set[str]) -> set[str]:
     seen: set[tuple[str, str, str]] = set()
     names: set[str] = set()
     for ep in _entry_points():
-        dist = getattr(getattr(ep, "dist", None), "name", None) or "<unknown distribution>"
+        dist = (getattr(ep, "dist_name", None) or getattr(getattr(ep, "dist", None), "name", None)
+                or "<unknown distribution>")
         if (dist, ep.name, ep.value) in seen:  # the same dist found twice on sys.path
             continue
         seen.add((dist, ep.name, ep.value))

@@ -1,4 +1,9 @@
-"""Run summaries as a PNG: memory over time, one panel per metric, leaks marked in red.
+"""Run summaries as a PNG: memory over time, one panel per metric, leaks marked in red
+where their growth began.
+
+A count panel (``process/num_fds``) is drawn only when a process's count leaks:
+otherwise its steps are memprobe's own file and sampler thread (9 to 10 fds), which
+would take a third of the figure to say nothing.
 
 Needs matplotlib (the ``plot`` extra); :func:`pyplot` is ``None`` without it.
 """
@@ -17,6 +22,28 @@ from ._runs import RunSummary, fmt
 #: traced_bytes only where filtered_bytes (the one judged) is absent.
 PLOT_METRICS = ("process/rss_bytes", "tracemalloc/filtered_bytes", "tracemalloc/traced_bytes",
                 "process/num_fds", "objects/total_count")
+#: Drawn only when the metric leaks in some process.
+ONLY_WHEN_LEAKING = frozenset({"process/num_fds"})
+
+
+def growth_onset(ys: Sequence[float]) -> int:
+    """Index of the sample where a rising series began to rise: the last point still at
+    its starting level (within 2% of the whole rise) before it first passes 5% of it.
+
+    The starting level is the median of the first 5% of the points, so one early
+    spike does not move it.
+    """
+    n = len(ys)
+    if n < 2:
+        return 0
+    head = sorted(ys[:max(1, n // 20)])
+    base = head[(len(head) - 1) // 2]
+    rise = max(ys) - base
+    if not rise > 0:
+        return 0
+    first = next((i for i, y in enumerate(ys) if y - base > 0.05 * rise), 0)
+    still = [j for j in range(first) if ys[j] - base <= 0.02 * rise]
+    return still[-1] if still else 0
 
 
 def pyplot() -> Any:
@@ -45,7 +72,8 @@ def figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
     from matplotlib.ticker import MaxNLocator
 
     t0 = min(s.run.samples[0].time_seconds for s in summaries)
-    shown = {m.short for s in summaries for m in s.metrics}
+    shown = {m.short for s in summaries for m in s.metrics
+             if m.short not in ONLY_WHEN_LEAKING or m.leak}
     panels = [m for m in PLOT_METRICS if m in shown] or ["process/rss_bytes"]
     if "tracemalloc/filtered_bytes" in panels and "tracemalloc/traced_bytes" in panels:
         panels.remove("tracemalloc/traced_bytes")
@@ -66,12 +94,12 @@ def figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
             ys = [y / 2**20 if mib else y for _, y in pts]
             ax.plot([t for t, _ in pts], ys, label=safe(s.run.label, 60), linewidth=1.4)
             for m in s.metrics:
-                if m.short == metric and m.detected_at is not None:
-                    t, y = m.detected_at
-                    ax.plot([t - t0], [y / 2**20 if mib else y], marker="v", markersize=11,
+                if m.short == metric and m.leak:
+                    t, y = pts[growth_onset([y for _, y in pts])]
+                    ax.plot([t], [y / 2**20 if mib else y], marker="v", markersize=11,
                             color="red", linestyle="none", zorder=5)
                     rate = m.verdict.rate_per_hour
-                    labels.append(f"leak from {t - t0:.1f} s" + (
+                    labels.append(f"growing from {t:.1f} s" + (
                         f": {fmt(rate, m.unit, True)}/h" if rate is not None else ""))
         _draw_phases(ax, summaries, t0, first=ax is axes[0, 0])
         if labels:
@@ -87,7 +115,7 @@ def figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
         if len(summaries) <= 8:
             ax.legend(loc="lower right", fontsize=8)
     axes[-1, 0].set_xlabel("seconds since the first sample")
-    fig.suptitle("memprobe: memory over time (red: leak detected)"
+    fig.suptitle("memprobe: memory over time (red: where a leak began)"
                  + ("; shaded: phases, dashed: marks" if any(s.spans or s.marks
                                                             for s in summaries) else ""))
     fig.tight_layout()

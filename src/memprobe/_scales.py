@@ -83,9 +83,13 @@ def duration_words(seconds: float) -> str:
     return f"{d} d {h} h" if h else f"{d} d"
 
 
-def scale_words(span_points: int, span_seconds: float | None, step: str) -> str:
-    """The scale a verdict rests on: ``over the last 3 h 10 min (12,288 samples)``."""
+def scale_words(span_points: int, span_seconds: float | None, step: str,
+                warmup_points: int | None = None) -> str:
+    """The scale a verdict rests on: ``over the last 3 h 10 min (12,288 samples, warm-up
+    40)``."""
     points = f"{span_points:,} {step}s"
+    warmup = "" if warmup_points is None else f"warm-up {warmup_points}"
     if span_seconds:
-        return f"over the last {duration_words(span_seconds)} ({points})"
-    return f"over the last {points}"
+        inside = f"{points}, {warmup}" if warmup else points
+        return f"over the last {duration_words(span_seconds)} ({inside})"
+    return f"over the last {points}" + (f" ({warmup})" if warmup else "")

@@ -160,20 +160,23 @@ class Verdict:
         return format_culprit(name) if name is not None else None
 
     def describe(self) -> str:
-        """One line: metric, status, rate per step and per hour, kind, culprits."""
+        """One line in words: ``process/rss_bytes: leak, +1.1 MiB per episode (+29.5
+        MiB/hour), 95% interval +1.0 to +1.2 MiB, over 60 episodes (warm-up 5)``, then
+        the kind, the culprits, the note and what holds the leak."""
+        from ._format import fmt_interval
+
+        unit = "bytes" if self.key.endswith("_bytes") else ""
         s = f"{self.metric}: {STATUS_WORDS.get(self.status, self.status)}"
         if self.n_points and self.slope_high:
-            s += (
-                f", {_amount(self.slope_per_step, self.key)}/{self.step} "
-                f"[{self.slope_low:+.4g}, {self.slope_high:+.4g}]"
-            )
+            s += f", {_amount(self.slope_per_step, self.key)} per {self.step}"
             if self.rate_per_hour is not None:
-                s += f", {_amount(self.rate_per_hour, self.key)}/hour"
+                s += f" ({_amount(self.rate_per_hour, self.key)}/hour)"
+            s += f", 95% interval {fmt_interval(self.slope_low, self.slope_high, unit)}"
         if self.span_points:
-            s += f" {scale_words(self.span_points, self.span_seconds, self.step)}"
+            s += ", " + scale_words(self.span_points, self.span_seconds, self.step,
+                                    self.warmup_points)
         else:
-            s += f" over {self.n_points} {self.step}s"
-        s += f" (warm-up {self.warmup_points})"
+            s += f", over {self.n_points} {self.step}s (warm-up {self.warmup_points})"
         if self.hours_to_oom is not None:
             s += f"; out of memory in {duration_words(self.hours_to_oom * 3600)} at this rate"
         if self.kind:
@@ -187,14 +190,11 @@ class Verdict:
         return s
 
 
-def _amount(v: float, key: str, digits: int = 4) -> str:
-    if not key.endswith("_bytes"):
-        return f"{v:+.{digits}g}"
-    a = abs(v)
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if a >= size:
-            return f"{v / size:+.{digits}g} {unit}"
-    return f"{v:+.{digits}g} B"
+def _amount(v: float, key: str) -> str:
+    """An amount of the metric ``key`` measures, signed: ``+1.1 MiB``, ``+3``."""
+    from ._format import fmt_value
+
+    return fmt_value(v, "bytes" if key.endswith("_bytes") else "", signed=True)
 
 
 @dataclass(frozen=True)
@@ -394,7 +394,7 @@ def analyze(
                 status == "ok" or rise > 4 * growth):
             status = "levelled"
             grew = median(uy[:m]) - min(ys[:m])  # from where it started
-            note = f"grew {_amount(grew, key, 3).lstrip('+')}, then stopped"
+            note = f"grew {_amount(grew, key).lstrip('+')}, then stopped"
     return Verdict(key, status, slope, low, high, rate, used, k, growth, sigma,
                    note=note, prefix=prefix, step=step)
 

@@ -5,6 +5,9 @@ A thin layer: reading and summarizing runs is :mod:`memprobe._runs`, the
 formats are ``_render_text``, ``_render_html`` and ``_render_png``, running a
 program is :mod:`memprobe._cli_run`, safe outputs :mod:`memprobe._outputs`.
 Errors are one line on stderr, ``memprobe: error: ...``, with exit status 2.
+Exit statuses (docs/cli.md, "Exit status"): 0 done; 2 usage or input error;
+:data:`EXIT_LEAK` (3) when ``report --fail-on-leak`` found a leak; ``run``
+exits with the program's own status.
 """
 
 from __future__ import annotations
@@ -22,7 +25,11 @@ from ._cli_run import PROG, CliError, cmd_run, say, split_argv
 from ._errors import ConfigError, MemprobeError
 from ._format import fmt_seconds, safe
 
-__all__ = ["PROG", "CliError", "main"]
+__all__ = ["EXIT_LEAK", "PROG", "CliError", "main"]
+
+#: ``memprobe report --fail-on-leak``'s exit status when a metric of a process leaks:
+#: distinct from 1 (a crash, or the reader of stdout left) and 2 (usage or input error).
+EXIT_LEAK = 3
 
 #: The most samples ``memprobe probes --repeat`` times per probe.
 MAX_REPEAT = 10_000
@@ -32,6 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Memory probes for Python programs: run, report, list probes."
     )
+    import memprobe
+
+    p.add_argument("--version", action="version", version=f"{PROG} {memprobe.__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -64,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("files", nargs="+", metavar="run.jsonl")
     rep.add_argument("--plot", metavar="OUT.png", help="draw memory over time (needs matplotlib)")
     rep.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page")
+    rep.add_argument("--json", action="store_true",
+                     help="print one JSON document (schema in docs/cli.md) instead of the text")
+    rep.add_argument("--fail-on-leak", action="store_true",
+                     help=f"exit with status {EXIT_LEAK} when a process leaks (for CI)")
 
     pr = sub.add_parser("probes", help="list installed probes, their metrics and measured cost",
                         description="List the installed probes (built-in and entry points) "
@@ -144,7 +158,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     summaries = summarize_all(runs)
     if not summaries:
         raise CliError(f"no samples in {', '.join(safe(f) for f in args.files)}")
-    _write_escaped(render_text(summaries))
+    if args.json:
+        from ._render_json import render as render_json
+
+        _write_escaped(render_json(summaries, args.files))
+    else:
+        _write_escaped(render_text(summaries))
     png = render_png(plt, summaries) if plt is not None else None
     if args.plot and png is not None:
         write_file(args.plot, png)
@@ -153,6 +172,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         write_file(args.html, render_html(summaries, png, args.files)
                    .encode("utf-8", "backslashreplace"))
         print(f"html written to {safe(args.html)}", file=sys.stderr)
+    if args.fail_on_leak and any(s.n_leaks for s in summaries):
+        return EXIT_LEAK
     return 0
 
 

@@ -1,167 +1,242 @@
-"""memprobe's pytest plugin: loop a test body, judge its memory, sum up the session.
+"""memprobe's pytest plugin: loop a test body and judge its memory, bound a test's peak,
+sum up the session.
 
 ::
 
-    @pytest.mark.memprobe_leak_check(repeats=30, max_growth_bytes=64_000, warmup=3)
+    @pytest.mark.memprobe_leak_check(repeats=30, max_growth_bytes="64 KB", warmup=3)
     def test_no_leak():
         handle_request()
 
-The test body runs ``repeats`` times (function-scoped fixtures are set up
-once and shared by the repeats); after each run the garbage is collected and
-the process and tracemalloc probes sample. The test fails with
-:class:`memprobe.LeakError`, naming the metrics that grew and the suspect
-allocation sites, when memory keeps growing by more than ``max_growth_bytes``
-over the repeats. The failure shows the verdict, not memprobe's own frames.
+    @pytest.mark.memprobe_limit_peak("24 MB")
+    def test_fits():
+        load_batch()
 
-Without editing tests:
+A leak check runs the body ``repeats`` times (function-scoped fixtures are set
+up once and shared by the repeats; a ``unittest.TestCase`` method runs between
+one ``setUp`` and one ``tearDown``); after each run the garbage is collected
+and the process and tracemalloc probes sample. The test fails with
+:class:`memprobe.LeakError` when memory keeps growing by more than
+``max_growth_bytes`` over the repeats, naming the metric, the culprit lines and
+what they grew. A peak limit fails a test whose traced Python memory rose more
+than the limit above its start at any moment, listing the sites that held it.
 
-- ``pytest --memprobe-leaks=N`` loops every selected test body (``-k``,
-  ``-m`` select as usual) ``N`` times and judges it; a marker's options win.
-- ``memprobe_max_growth_bytes`` in the ini file (``pytest.ini``,
-  ``[tool.pytest.ini_options]``) is the suite's default tolerance; a marker's
-  ``max_growth_bytes`` overrides it for one test.
+Without editing tests (command line, else the ini file):
 
-At the end of the session a summary lists the tests judged, the worst growth
-and the failures with their culprit line, also under pytest-xdist (``-n``),
-where each worker's verdicts travel to the controller with the test reports.
-A misspelt marker option is a usage error at collection, with a suggestion.
-Loaded through the ``pytest11`` entry point ``memprobe``.
+- ``--memprobe-leaks=N``: judge every selected test, its body run N times;
+- ``--memprobe-max-growth=SIZE`` / ``memprobe_max_growth_bytes``: the tolerance;
+- ``--memprobe-frames=N`` / ``memprobe_frames``: frames traced per allocation (16);
+- ``--memprobe-top=N`` / ``memprobe_top``: sites listed per failing test (10);
+- ``--memprobe-native`` / ``memprobe_native``: a failing leak check also lists the
+  native (C) sites, from a memray window (needs ``memprobe[native]``);
+- ``--memprobe-allow=PATTERN`` (repeatable) / ``memprobe_allow`` (one per line):
+  culprits (``file:line`` or type patterns, fnmatch) reported but not failing;
+- ``--memprobe-off``: judge nothing; the markers stay registered.
+
+Sizes are ``"64 KB"``, ``"1.5 MiB"`` or bytes (KB = KiB = 1024). Async tests
+and async ``TestCase`` methods cannot be looped: marked, they are a usage error
+naming the test; under ``--memprobe-leaks`` the summary lists them as not judged.
+The session summary repeats each failure's headline, also under pytest-xdist.
+Loaded through the ``pytest11`` entry point ``memprobe``. docs/pytest.md has the
+table of pytest-memray's options and memprobe's equivalents.
 """
 
 from __future__ import annotations
 
-import difflib
+import dataclasses
 import inspect
 import json
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import pytest
 
-MARKER = "memprobe_leak_check"
-_OPTIONS = ("repeats", "max_growth_bytes", "warmup", "metrics", "probes")
-_INI_GROWTH = "memprobe_max_growth_bytes"
+from ._pytest_options import (
+    DEFAULT_MAX_GROWTH_BYTES,
+    LEAK_MARKER,
+    PEAK_MARKER,
+    Judged,
+    Settings,
+    leak_options,
+    peak_limit,
+    settings,
+)
+
+MARKER = LEAK_MARKER
 _PROPERTY = "memprobe"
-#: Default tolerance when neither the marker nor the ini file gives one.
-DEFAULT_MAX_GROWTH_BYTES = 100_000
+_SETTINGS = pytest.StashKey[Settings]()
+__all__ = ["DEFAULT_MAX_GROWTH_BYTES", "MARKER", "PEAK_MARKER"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("memprobe", "memory leak checks (memprobe)")
-    group.addoption(
-        "--memprobe-leaks", type=int, default=None, metavar="N",
+    group = parser.getgroup("memprobe", "memory checks (memprobe)")
+    add = group.addoption
+    add("--memprobe-leaks", type=int, default=None, metavar="N",
         help="run every selected test body N times (fixtures set up once) and fail the "
-        "tests whose memory keeps growing",
-    )
-    parser.addini(_INI_GROWTH, type="string", default=str(DEFAULT_MAX_GROWTH_BYTES),
-                  help="memprobe: growth in bytes a judged test may show (default 100000)")
+        "tests whose memory keeps growing")
+    add("--memprobe-max-growth", default=None, metavar="SIZE",
+        help="growth a judged test may show: bytes or '64 KB', '1.5 MiB' "
+        "(default: ini memprobe_max_growth_bytes, else 100000)")
+    add("--memprobe-frames", default=None, metavar="N",
+        help="frames traced per allocation (default: ini memprobe_frames, else 16)")
+    add("--memprobe-top", default=None, metavar="N",
+        help="allocation sites listed per failing test (default: ini memprobe_top, else 10)")
+    add("--memprobe-native", action="store_true", default=False,
+        help="a failing leak check also lists native (C) sites from memray "
+        "(needs memprobe[native])")
+    add("--memprobe-allow", action="append", default=None, metavar="PATTERN",
+        help="a culprit (file:line or type, fnmatch pattern) reported but not failing; "
+        "repeatable")
+    add("--memprobe-off", action="store_true", default=False,
+        help="judge nothing (the markers stay registered)")
+    parser.addini("memprobe_max_growth_bytes", type="string",
+                  default=str(DEFAULT_MAX_GROWTH_BYTES),
+                  help="memprobe: growth a judged test may show, bytes or '64 KB' (100000)")
+    parser.addini("memprobe_frames", type="string", default="16",
+                  help="memprobe: frames traced per allocation (16)")
+    parser.addini("memprobe_top", type="string", default="10",
+                  help="memprobe: allocation sites listed per failing test (10)")
+    parser.addini("memprobe_native", type="string", default="false",
+                  help="memprobe: list native sites of failing leak checks (needs memray)")
+    parser.addini("memprobe_allow", type="linelist", default=[],
+                  help="memprobe: culprit patterns (file:line or type) that do not fail")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(repeats=50, max_growth_bytes=100000, warmup=5, metrics=..., probes=...): "
-        "run the test body repeatedly and fail when memory keeps growing (memprobe)",
-    )
-    config.pluginmanager.register(_SessionSummary(), "memprobe-session-summary")
-    n = config.getoption("--memprobe-leaks")
-    if n is not None and n < 3:
-        raise pytest.UsageError(f"--memprobe-leaks: must be an int >= 3, got {n}")
-    _ini_growth(config)
+        f"{LEAK_MARKER}(repeats=50, max_growth_bytes=100000, warmup=5, metrics=..., "
+        "probes=...): run the test body repeatedly and fail when memory keeps growing "
+        "(memprobe)")
+    config.addinivalue_line(
+        "markers",
+        f'{PEAK_MARKER}("24 MB"): fail when the traced Python memory rises more than the '
+        "limit above the test's start (memprobe)")
+    from . import ConfigError
 
-
-def _ini_growth(config: pytest.Config) -> float:
-    text = str(config.getini(_INI_GROWTH)).strip()
     try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise pytest.UsageError(f"{_INI_GROWTH}: must be a number of bytes >= 0, got {text!r}")
-    return int(value) if value.is_integer() else value
+        s = settings(config.getoption, config.getini)
+    except ConfigError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if s.native and not s.off:
+        try:
+            import memray  # noqa: F401
+        except ImportError:
+            raise pytest.UsageError(
+                "--memprobe-native: memray is not installed: pip install 'memprobe[native]'"
+            ) from None
+    config.stash[_SETTINGS] = s
+    config.pluginmanager.register(_SessionSummary(), "memprobe-session-summary")
+
+
+def _settings(config: pytest.Config) -> Settings:
+    return config.stash.get(_SETTINGS, Settings())
+
+
+def _is_async(item: pytest.Item) -> bool:
+    fn = getattr(item, "obj", None)
+    return inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+
+
+def _refusal(item: pytest.Item) -> str:
+    """Why ``item`` cannot be judged, or ``""``."""
+    if _is_async(item):
+        return ("an async test cannot be looped by memprobe (its event loop belongs to the "
+                "async plugin); call memprobe.assert_no_leak on the code under test instead")
+    return ""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Check every marker's options before any test runs: a typo is a usage error."""
+    """Check every marker's options before any test runs: a fault is a usage error."""
+    from . import ConfigError
+
+    if _settings(config).off:
+        return
     for item in items:
-        marker = item.get_closest_marker(MARKER)
-        if marker is None:
-            continue
-        where = item.nodeid
-        if marker.args:
-            raise pytest.UsageError(
-                f"{where}: {MARKER} takes keyword arguments only ({', '.join(_OPTIONS)})")
-        for name in marker.kwargs:
-            if name not in _OPTIONS:
-                close = difflib.get_close_matches(name, _OPTIONS, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                raise pytest.UsageError(
-                    f"{where}: {MARKER}: unknown option {name!r}; {hint}"
-                    f"known: {', '.join(_OPTIONS)}")
-        if inspect.iscoroutinefunction(getattr(item, "obj", None)):
-            raise pytest.UsageError(f"{where}: {MARKER} does not support async tests")
+        for marker_name, check in ((LEAK_MARKER, leak_options), (PEAK_MARKER, peak_limit)):
+            marker = item.get_closest_marker(marker_name)
+            if marker is None:
+                continue
+            try:
+                check(marker.kwargs, marker.args)
+            except ConfigError as exc:
+                msg = str(exc)
+                msg = msg if msg.startswith(marker_name) else f"{marker_name}: {msg}"
+                raise pytest.UsageError(f"{item.nodeid}: {msg}") from None
+            why = _refusal(item)
+            if why:
+                raise pytest.UsageError(f"{item.nodeid}: {marker_name}: {why}")
 
 
-def _options(item: pytest.Function) -> dict[str, Any] | None:
-    """The options for judging ``item``, or None when it is not judged."""
-    marker = item.get_closest_marker(MARKER)
-    n = item.config.getoption("--memprobe-leaks")
-    if marker is None and n is None:
+def _leak_opts(item: pytest.Item) -> dict[str, Any] | None:
+    """The options of ``item``'s leak check, or None when it is not judged."""
+    s = _settings(item.config)
+    marker = item.get_closest_marker(LEAK_MARKER)
+    if s.off or (marker is None and s.leaks is None):
         return None
-    if marker is None and inspect.iscoroutinefunction(item.obj):
-        return None  # --memprobe-leaks judges what it can loop
-    opts: dict[str, Any] = {"max_growth_bytes": _ini_growth(item.config)}
-    if n is not None:
-        opts["repeats"] = n
+    opts: dict[str, Any] = {"max_growth_bytes": s.max_growth_bytes,
+                            "tracemalloc_top": max(20, s.top)}
+    if s.leaks is not None:
+        opts["repeats"] = s.leaks
     if marker is not None:
-        opts.update(marker.kwargs)
-    if isinstance(opts.get("metrics"), list):
-        opts["metrics"] = tuple(opts["metrics"])
+        opts.update(leak_options(marker.kwargs, marker.args))
     return opts
 
 
-def _summary(nodeid: str, report: Any, failed: bool) -> dict[str, Any]:
-    """What the session summary needs from one judged test (JSON, for xdist)."""
-    from .keys import DEFAULT_PREFIX, short_key, site_name, split_key
+def _peak(item: pytest.Item) -> int | None:
+    marker = item.get_closest_marker(PEAK_MARKER)
+    if marker is None or _settings(item.config).off:
+        return None
+    return peak_limit(marker.kwargs, marker.args)
 
-    growth, metric, culprit = 0.0, "", ""
-    for v in getattr(report, "verdicts", {}).values():
-        if v.key.endswith("_bytes") and v.growth > growth:
-            growth, metric = float(v.growth), short_key(v.key, DEFAULT_PREFIX)
-        if v.status == "leak" and v.culprits and not culprit:
-            culprit = v.culprits[0]
-    if not culprit:
-        for v in (*getattr(report, "sites", ()), *getattr(report, "types", ())):
-            if v.status == "leak":
-                try:
-                    culprit = site_name(split_key(v.key, DEFAULT_PREFIX).metric) or v.key
-                except ValueError:
-                    culprit = v.key
-                break
-    return {"nodeid": nodeid, "failed": failed, "growth_bytes": growth,
-            "metric": metric, "culprit": culprit}
+
+def _record(item: pytest.Item, judged: Judged) -> None:
+    item.user_properties.append((_PROPERTY, json.dumps(dataclasses.asdict(judged))))
+
+
+def _judge(item: pytest.Item, body: Callable[[], Any]) -> bool:
+    """Run ``body`` under the checks ``item`` asks for; False when it asks for none."""
+    opts, limit = _leak_opts(item), _peak(item)
+    if opts is None and limit is None:
+        return False
+    why = _refusal(item)
+    if why:  # only --memprobe-leaks gets here: a marked one was refused at collection
+        _record(item, Judged(item.nodeid, False, refused=why))
+        return False
+    from ._pytest_report import run_checks
+
+    __tracebackhide__ = True
+    run_checks(item.nodeid, body, opts, limit, _settings(item.config),
+               lambda j: _record(item, j))
+    return True
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    opts = _options(pyfuncitem)
-    if opts is None:
-        return None
-    from . import LeakError, assert_no_leak
-
     __tracebackhide__ = True
     fn = pyfuncitem.obj
-    argnames = pyfuncitem._fixtureinfo.argnames
-    kwargs = {name: pyfuncitem.funcargs[name] for name in argnames}
+    kwargs = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    return True if _judge(pyfuncitem, lambda: fn(**kwargs)) else None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """A ``unittest.TestCase`` method: looped between one setUp and one tearDown, by
+    giving unittest a method that runs the checks (pytest calls ``item.obj``)."""
+    original = getattr(item, "obj", None)
+    if type(item).__name__ != "TestCaseFunction" or original is None or (
+            _leak_opts(item) is None and _peak(item) is None):
+        yield
+        return
+
+    def judged(*args: Any, **kwargs: Any) -> None:
+        __tracebackhide__ = True
+        _judge(item, lambda: original(*args, **kwargs))
+
+    item.obj = judged  # type: ignore[attr-defined]
     try:
-        report = assert_no_leak(lambda: fn(**kwargs), **opts)
-    except LeakError as exc:
-        result = _summary(pyfuncitem.nodeid, exc.report, True)
-        pyfuncitem.user_properties.append((_PROPERTY, json.dumps(result)))
-        raise
-    pyfuncitem.user_properties.append(
-        (_PROPERTY, json.dumps(_summary(pyfuncitem.nodeid, report, False))))
-    return True
+        yield
+    finally:
+        item.obj = original  # type: ignore[attr-defined]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -172,15 +247,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when != "call" or call.excinfo is None:
         return
     from . import ConfigError, LeakError
+    from ._pytest_report import PeakError
 
     exc = call.excinfo.value
     path, lineno, _ = item.location
     where = f"{path}:{(lineno or 0) + 1}: {item.name}"
-    if isinstance(exc, LeakError):
+    judged = _leak_opts(item) is not None or _peak(item) is not None
+    if isinstance(exc, (LeakError, PeakError)) and judged:
         # The verdict is the failure: memprobe's frames would only hide it.
-        rep.longrepr = f"memprobe.LeakError: {exc}\n\n{where} judged by memprobe"
-    elif isinstance(exc, ConfigError) and _came_from_memprobe(call.excinfo.traceback):
-        rep.longrepr = f"memprobe.ConfigError: {MARKER}: {exc}\n\n{where}"
+        name = "LeakError" if isinstance(exc, LeakError) else "PeakError"
+        rep.longrepr = f"memprobe.{name}: {exc}\n\n{where} judged by memprobe"
+    elif isinstance(exc, ConfigError) and judged and _came_from_memprobe(call.excinfo.traceback):
+        rep.longrepr = f"memprobe.ConfigError: {LEAK_MARKER}: {exc}\n\n{where}"
 
 
 def _came_from_memprobe(tb: Any) -> bool:
@@ -208,21 +286,8 @@ class _SessionSummary:
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if hasattr(config, "workerinput") or not self.results:  # a worker: the controller sums
             return
-        tr = terminalreporter
-        tr.section("memprobe leak checks")
-        failed = [r for r in self.results if r["failed"]]
-        tr.write_line(f"{len(self.results)} test(s) judged, {len(failed)} leaking")
-        worst = max(self.results, key=lambda r: r["growth_bytes"])
-        if worst["growth_bytes"] > 0:
-            tr.write_line(f"worst growth: {_bytes(worst['growth_bytes'])} of {worst['metric']} "
-                          f"in {worst['nodeid']}")
-        for r in failed:
-            culprit = f", culprit {r['culprit']}" if r["culprit"] else ""
-            tr.write_line(f"LEAK {r['nodeid']}: {_bytes(r['growth_bytes'])} of "
-                          f"{r['metric']}{culprit}")
+        from ._pytest_report import summary_lines
 
-
-def _bytes(v: float) -> str:
-    from ._format import fmt_value
-
-    return fmt_value(v, "bytes")
+        terminalreporter.section("memprobe")
+        for line in summary_lines(self.results):
+            terminalreporter.write_line(line)

@@ -34,6 +34,7 @@ import sysconfig
 from collections.abc import Sequence
 from typing import Any
 
+import memprobe
 from memprobe import LeakWarning
 from memprobe import keys as mkeys
 
@@ -55,13 +56,8 @@ _PYTHON_SHARE = 0.25
 
 
 def _human(value: float, unit: str) -> str:
-    if unit != "bytes":
-        return f"{value:+.3g}"
-    size = abs(value)
-    for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if size >= scale:
-            return f"{value / scale:+.1f} {name}"
-    return f"{value:+.0f} B"
+    """A signed amount, as every memprobe report writes it (``+1.1 MiB``)."""
+    return memprobe.format_value(value, unit, signed=True)
 
 
 def survivor_sites(history: Sequence[Any], prefix: str,

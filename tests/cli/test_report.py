@@ -149,7 +149,7 @@ def test_plot_labels_stay_inside_their_panel_and_counts_get_integer_ticks(
         for ax in fig.axes:
             frame = ax.get_window_extent(renderer)
             for text in ax.texts:
-                if text.get_text().startswith("leak from"):
+                if text.get_text().startswith("growing from"):
                     labels += 1
                     box = text.get_window_extent(renderer)
                     assert frame.x0 <= box.x0 and box.x1 <= frame.x1, text.get_text()
@@ -158,6 +158,7 @@ def test_plot_labels_stay_inside_their_panel_and_counts_get_integer_ticks(
                 ticks = [t for t in ax.get_yticks() if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
                 assert ticks and all(float(t).is_integer() for t in ticks), ticks
         assert labels >= 2  # rss and filtered bytes leak
-        assert "process/num_fds" in [ax.get_ylabel() for ax in fig.axes]
+        # memprobe's own file (9 to 10 fds) is no leak: no panel spent on it
+        assert "process/num_fds" not in [ax.get_ylabel() for ax in fig.axes]
     finally:
         plt.close(fig)

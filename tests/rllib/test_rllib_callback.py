@@ -55,7 +55,9 @@ def test_new_stack_metrics_land_in_results(ray_session, num_env_runners, tmp_pat
     for r in results:
         er = r["env_runners"]
         assert er[RSS] > 10 * 2**20
-        assert er[RSS + "_max"] >= er[RSS] * 0.999
+        # the max over this iteration's samples of one process: at least their mean,
+        # and not a sum over samples or processes (which would be many times it)
+        assert er[RSS] * 0.999 <= er[RSS + "_max"] <= er[RSS] * 1.5, (er[RSS], er[RSS + "_max"])
         assert er["memprobe/process/num_fds"] > 0
         counters.append(er[COUNTER])
         assert r["memprobe/driver/process/rss_bytes"] > 10 * 2**20
@@ -77,7 +79,8 @@ def test_old_stack_custom_metrics(ray_session):
     for r in results:
         cm = r["env_runners"]["custom_metrics"]
         assert cm[RSS + "_mean"] > 10 * 2**20
-        assert cm[RSS + "_max"] >= cm[RSS + "_min"]
+        low, mean, high = cm[RSS + "_min"], cm[RSS + "_mean"], cm[RSS + "_max"]
+        assert low <= mean <= high <= 1.5 * low, (low, mean, high)  # one process's range
     assert (results[1]["env_runners"]["custom_metrics"][COUNTER + "_max"]
             >= results[0]["env_runners"]["custom_metrics"][COUNTER + "_max"])
 
