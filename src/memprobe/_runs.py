@@ -221,6 +221,11 @@ def _suspects(run: ProcessRun, report: Any, n: int = 5) -> tuple[str, list[tuple
             unit = describe(v.key, run.prefix).unit
             out.append((site_of(v.key, run.prefix),
                         f"growing {fmt(v.slope_per_step, unit, True)}/step"))
+    if not out:  # named from what tracing windows or memray saw, not from site series
+        named = dict.fromkeys(c for v in report.leaking for c in v.culprits)
+        out = [(format_culprit(c), f"named by the {v.kind} verdict")
+               for c, v in ((c, next(v for v in report.leaking if c in v.culprits))
+                            for c in named)][:n]
     if out:
         return "top suspects", out
     last = run.samples[-1].values if run.samples else {}

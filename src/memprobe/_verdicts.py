@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from . import _kinds
+from . import _kinds, _windows
 from ._errors import ConfigError, show
 from ._sample import Sample
 from ._series import judged_keys, sample_series, site_probe
@@ -453,6 +453,12 @@ def analyze_samples(
         samples = list(samples)
         prefix = _prefix_of(samples)
     series, own, checks_kept = sample_series(samples, prefix, judged_keys(prefix, metrics, sites))
+    # Windowed probes: what their windows saw, the evidence for the kind (traced bytes
+    # are then no continuous series, and are not judged).
+    windows = tuple(e for p in ("tracemalloc", "memray")
+                    if (e := _windows.window_evidence(series, prefix, p)) is not None)
+    if any(e.probe == "tracemalloc" for e in windows):
+        series.pop(make_key(prefix, *_kinds.TRACED.split("/")), None)
     shorts = {k: short_key(k, prefix) for k in series}
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if metrics is None and _kinds.FILTERED in shorts.values():
@@ -496,6 +502,7 @@ def analyze_samples(
     by_metric = {v.metric: v for v in verdicts.values()}
     for k, v in list(verdicts.items()):
         if v.leaking:
-            kind, culprits, note = _kinds.classify(v.metric, by_metric, site_names, type_names)
+            kind, culprits, note = _kinds.classify(v.metric, by_metric, site_names, type_names,
+                                                   windows)
             verdicts[k] = dataclasses.replace(v, kind=kind, culprits=culprits, note=note)
     return Report(verdicts, sites_r, types_r, prefix)
