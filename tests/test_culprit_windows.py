@@ -63,7 +63,7 @@ def test_windowed_numpy_leak_is_python_at_the_users_line(tmp_path: Path) -> None
     rss = report.get("process/rss_bytes")
     assert rss is not None and rss.leaking
     assert rss.kind == "python", rss.describe()
-    assert rss.culprits[0].split("/", 1)[1].startswith("win_numpy.py:4--numpy/"), rss.culprits
+    assert rss.culprits[0].split("/", 1)[1].startswith("win_numpy.py:4 → numpy/"), rss.culprits
     assert "tracemalloc windows" in rss.note  # what the kind rests on
     text = _report_text(path)
     assert "native memory" not in text

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from ._windows import WindowEvidence
+from .keys import format_culprit
 
 __all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
 
@@ -129,7 +130,7 @@ def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
     note = f"native memory; {why}" if why else KINDS["native"]
     native = next((e for e in windows if e.probe == "memray" and e.sites), None)
     if native is not None:
-        return "native", tuple(s for s, _ in native.sites[:5]), (
+        return "native", tuple(format_culprit(s) for s, _ in native.sites[:5]), (
             f"{note}; {native.describe(rate)}")
     hint = native_hint(windows)
     return "native", (), f"{note}; {hint}" if hint else note
@@ -175,7 +176,7 @@ def classify(
         return _python(sites, types)
     if traced is not None and traced.explains(rate):
         kind, culprits, note = _python(
-            (*(s for s, _ in traced.sites), *sites), types)
+            (*(format_culprit(s) for s, _ in traced.sites), *sites), types)
         return kind, culprits, f"{KINDS[kind].split(':')[0]}; {traced.describe(rate)}"
     if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):
         return "mmap", (), KINDS["mmap"]

@@ -31,7 +31,14 @@ from . import _kinds, _windows
 from ._errors import ConfigError, show
 from ._sample import Sample
 from ._series import judged_keys, sample_series, site_probe
-from .keys import DEFAULT_PREFIX, infer_prefix, make_key, short_key, site_name
+from .keys import (
+    DEFAULT_PREFIX,
+    format_culprit,
+    infer_prefix,
+    make_key,
+    short_key,
+    site_name,
+)
 from .trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
 
 __all__ = [
@@ -70,12 +77,6 @@ LEAK_OPTIONS = frozenset({
 
 _LATE_MIN_POINTS = 10  # points the last-half check of analyze() needs
 _LATE_FRACTION = 1 / 3  # a late rate under this part of the rate judged: levelled off
-
-
-def format_culprit(site: str) -> str:
-    """A site or type name as a report shows it: a chain of frames (oldest first,
-    joined by ``--`` in keys) reads ``my_env.py:26 → numpy/_core/numeric.py:232``."""
-    return site.replace("--", " → ")
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def test_native_leak_verdict_names_the_c_function_memray_saw(leaklib, tmp_path: 
     rss = report.get("process/rss_bytes")
     assert rss is not None and rss.leaking and rss.kind == "native", str(report)
     assert rss.culprits and "test_culprit_memray.py:" in rss.culprits[0]
-    assert rss.culprits[0].endswith("--leaky_alloc"), rss.culprits
+    assert rss.culprits[0].endswith(" → leaky_alloc"), rss.culprits
     assert "memray windows" in rss.note
     out = subprocess.run([sys.executable, "-m", "memprobe", "report", str(path)],
                          capture_output=True, text=True, timeout=120)
