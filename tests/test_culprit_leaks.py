@@ -86,3 +86,32 @@ def test_warmup_that_leaves_too_few_calls_is_refused(warmup: int, repeats: int) 
                                 max_growth_bytes=0)
     with pytest.raises(ConfigError, match="warmup"):
         memprobe.check_leaks(lambda: None, repeats=repeats, warmup=warmup)
+
+
+pytest_plugins = ["pytester"]
+
+MARKED = """
+import numpy as np
+import pytest
+KEPT = []
+
+@pytest.mark.memprobe_leak_check(repeats=40, max_growth_bytes=5000)
+def test_slow_numpy_leak():
+    KEPT.append(np.ones(32))  # about 350 B per call: 12 KB judged, under the 16 KiB floor
+
+@pytest.mark.memprobe_leak_check(repeats=30, warmup=30, max_growth_bytes=0)
+def test_warmup_eats_every_call():
+    KEPT.append(bytearray(2_000_000))
+"""
+
+
+def test_the_marker_honours_its_tolerance_and_names_the_users_line(
+        pytester: pytest.Pytester) -> None:
+    pytest.importorskip("numpy")
+    pytester.makepyfile(MARKED)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed", 0) + outcomes.get("error", 0) == 2, result.stdout.str()
+    out = result.stdout.str()
+    assert "test_the_marker_honours_its_tolerance_and_names_the_users_line.py:7 → numpy/" in out
+    assert "calls to judge" in out  # the warm-up refused, with the reason
