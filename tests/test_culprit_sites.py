@@ -69,3 +69,18 @@ def test_user_grouping_with_one_frame_is_refused() -> None:
     # the allocating line alone stays available
     memprobe.Prober({"tracemalloc": {"group_by": "lineno", "nframe": 1}},
                     load_entrypoints=False)
+
+
+def test_a_library_line_without_the_users_frame_says_so(tmp_path: Path) -> None:
+    """Traced with 2 frames, ``json.loads`` keeps the user's line out of reach: the verdict
+    names json's line and says why the user's is missing, never silently."""
+    mod, _line = _module(tmp_path, "json")
+    with memprobe.Prober({"process": {}, "tracemalloc": {"nframe": 2}},
+                         load_entrypoints=False) as prober:
+        for i in range(80):
+            mod.step()  # type: ignore[attr-defined]
+            prober.sample(step=i)
+        report = prober.report()
+    v = report.get("tracemalloc/filtered_bytes")
+    assert v is not None and v.leaking and v.culprits[0].startswith("json/"), v.describe()
+    assert "no frame of the user's code among the frames traced" in v.note

@@ -13,7 +13,7 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from ._windows import WindowEvidence
+from ._windows import WindowEvidence, is_library_site
 from .keys import format_culprit
 
 __all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
@@ -97,12 +97,21 @@ def rank(v: _Judged) -> tuple[int, int]:
     return (v.metric != "process/rss_bytes", _ORDER.get(v.kind or "", len(_ORDER)))
 
 
+#: Said when the site named first has no frame of the user's code.
+NO_USER_FRAME = ("no frame of the user's code among the frames traced for {site}: "
+                 "trace more (tracemalloc nframe) to name the line that keeps it")
+
+
 def _python(sites: Sequence[str], types: Sequence[str]) -> tuple[str, tuple[str, ...], str]:
     """Python allocations; retained objects when the fastest-growing type is a class of
-    a module (``my_mod.Cache``), not a builtin (``dict``, ``bytes``)."""
+    a module (``my_mod.Cache``), not a builtin (``dict``, ``bytes``). When the first site
+    is a library's line alone, the note says the user's frame was not reached."""
     if types and "." in types[0]:
         return "objects", (*types, *sites), KINDS["objects"]
-    return "python", (*sites, *types), KINDS["python"]
+    note = KINDS["python"]
+    if sites and is_library_site(sites[0]):
+        note += "; " + NO_USER_FRAME.format(site=sites[0])
+    return "python", (*sites, *types), note
 
 
 def _grows(v: _Judged | None, than: float = 0.0) -> bool:
