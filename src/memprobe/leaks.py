@@ -36,6 +36,8 @@ __all__ = [
     "assert_no_leak",
     "check_growth_bytes",
     "check_leaks",
+    "check_warmup",
+    "judge_tolerance",
 ]
 
 #: One double: the cells of check_leaks' columns.
@@ -222,14 +224,14 @@ def assert_no_leak(
     report = check_leaks(
         fn, repeats=repeats, warmup=warmup, probes=probes, thresholds=thresholds, **options
     )
-    report = _over_tolerance(report, metrics, max_growth_bytes)
+    report = judge_tolerance(report, metrics, max_growth_bytes)
     failing = [v for m in metrics if (v := report.get(m)) is not None and v.leaking]
     if failing:
         raise LeakError(_leak_message(failing, report, repeats, max_growth_bytes), report)
     return report
 
 
-def _over_tolerance(report: Report, metrics: Sequence[str], max_growth: float) -> Report:
+def judge_tolerance(report: Report, metrics: Sequence[str], max_growth: float) -> Report:
     """The report with every ``_bytes`` metric of ``metrics`` that grew significantly by
     more than ``max_growth`` judged a leak (with its kind and culprits), and every one
     that grew less not: the tolerance decides, not the report's floor for "slight"."""
