@@ -153,9 +153,76 @@ def native_leak() -> Callable[[int], None]:
     return step
 
 
+def numpy_kept_4k() -> Callable[[int], None]:
+    """An ``np.ones(512)`` (4 KiB) kept per iteration: numpy allocates, this file keeps it."""
+    import numpy as np
+
+    def step(i: int) -> None:
+        KEPT.append(np.ones(512))  # LEAK:numpy_kept_4k
+    return step
+
+
+def json_kept() -> Callable[[int], None]:
+    """A decoded json document (about 8 KiB of strings) kept per iteration."""
+    import json as js
+
+    doc = js.dumps([f"item {j}" for j in range(120)])
+
+    def step(i: int) -> None:
+        KEPT.append(js.loads(doc))  # LEAK:json_kept
+    return step
+
+
+def pickle_kept() -> Callable[[int], None]:
+    """An unpickled record (a dict of strings, about 8 KiB) kept per iteration."""
+    import pickle
+
+    blob = pickle.dumps({f"k{j}": f"value {j}" for j in range(60)})
+
+    def step(i: int) -> None:
+        KEPT.append(pickle.loads(blob))  # LEAK:pickle_kept
+    return step
+
+
+def factory_kept() -> Callable[[int], None]:
+    """An object built by a library factory (``ipaddress.ip_network(...).hosts()`` as a
+    list, about 5 KiB) kept per iteration."""
+    import ipaddress
+
+    def step(i: int) -> None:
+        KEPT.append(list(ipaddress.ip_network(f"10.{i % 250}.0.0/26").hosts()))  # LEAK:factory_kept
+    return step
+
+
+def native_helper_leak() -> Callable[[int], None]:
+    """64 KiB from a C library's ``malloc`` per iteration, through a helper module
+    (``benchmarks/native_helper.py``), never freed."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    import native_helper
+
+    def step(i: int) -> None:
+        KEPT.append(native_helper.make_buffer(64 * 1024))  # LEAK:native_helper_leak
+    return step
+
+
 PROGRAMS: dict[str, Callable[[], Callable[[int], None]]] = {
     f.__name__: f for f in (json_re, numpy_temporaries, torch_training, lru_bounded, slow_leak,
-                            numpy_kept, objects_leak, fd_leak, native_leak)
+                            numpy_kept, objects_leak, fd_leak, native_leak, json_kept,
+                            pickle_kept, factory_kept, native_helper_leak, numpy_kept_4k)
+}
+
+#: The probes of each mode: ``field`` (tracemalloc with 16 frames and objects every second
+#: iteration), ``default`` (the tracemalloc probe at its defaults every iteration),
+#: ``windowed`` (tracemalloc traced one iteration in five, like the RLlib adapter's
+#: ``diagnose=True``), ``memray`` (windowed, plus memray windows with C stacks).
+MODES: dict[str, dict[str, Any]] = {
+    "field": {"process": {}, "gc": {}, "objects": {"top": 20, "every": 2},
+              "tracemalloc": {"top": 20, "nframe": 16, "group_by": "user", "every": 2}},
+    "default": {"process": {}, "gc": {}, "tracemalloc": {}},
+    "windowed": {"process": {}, "gc": {},
+                 "tracemalloc": {"window_steps": 1, "period_steps": 5}},
+    "memray": {"process": {}, "gc": {}, "tracemalloc": {"window_steps": 1, "period_steps": 5},
+               "memray": {"window_steps": 1, "period_steps": 5, "native_traces": True}},
 }
 
 
@@ -193,6 +260,7 @@ class Case:
     kind: str | None = None
     culprit: str | None = None
     runner: Callable[[Case, argparse.Namespace], list[Outcome]] | None = None
+    mode: str = "field"
 
 
 def marker_line(marker: str) -> int:
@@ -216,7 +284,8 @@ def expected_culprit(case: Case) -> str | None:
 
 def run_program(case: Case, args: argparse.Namespace) -> list[Outcome]:
     """Run ``PROGRAMS[case.name]`` in a fresh interpreter; one Outcome."""
-    cmd = [sys.executable, HERE, "--run", case.name, "--iterations", str(args.iterations)]
+    cmd = [sys.executable, HERE, "--run", case.name, "--iterations", str(args.iterations),
+           "--mode", case.mode]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
@@ -227,15 +296,14 @@ def run_program(case: Case, args: argparse.Namespace) -> list[Outcome]:
     return [result]
 
 
-def measure(name: str, iterations: int) -> Outcome:
+def measure(name: str, iterations: int, mode: str = "field") -> Outcome:
     """In this process: run the program with a Prober and its live alarm."""
     import memprobe
 
     step = PROGRAMS[name]()
     fired: list[tuple[int, str]] = []
     i = 0
-    probes = {"process": {}, "gc": {}, "objects": {"top": 20, "every": 2},
-              "tracemalloc": {"top": 20, "nframe": 16, "group_by": "user", "every": 2}}
+    probes = MODES[mode]
     with memprobe.Prober(probes, load_entrypoints=False,
                          on_leak=lambda v: fired.append((i, v.metric))) as prober:
         for i in range(iterations):
@@ -260,6 +328,19 @@ CASES: list[Case] = [
     Case("objects_leak", "leak", "objects", "FieldRecord"),
     Case("fd_leak", "leak", "fds", None),
     Case("native_leak", "leak", "native", None),
+    # Leaks made through library calls, kept at the user's line (issue 24), in each mode.
+    *(Case(n, "leak", "python", f"LINE:{n} → {lib}", mode=m)
+      for m in ("default", "windowed")
+      for n, lib in (("numpy_kept_4k", "numpy/"), ("json_kept", "json/"),
+                     ("factory_kept", "ipaddress.py"))),
+    # pickle's decoder is C: the user's line is the allocating Python line itself.
+    *(Case("pickle_kept", "leak", "python", "LINE:pickle_kept", mode=m)
+      for m in ("default", "windowed")),
+    *(Case(n, e, mode=m) for m in ("default", "windowed")
+      for n, e in (("json_re", "healthy"), ("lru_bounded", "bounded"))),
+    Case("native_helper_leak", "leak", "native", None, mode="windowed"),
+    # The helper module is the user's own: its line, then the C function memray saw.
+    Case("native_helper_leak", "leak", "native", "→ leaky_alloc", mode="memray"),
 ]
 
 
@@ -284,18 +365,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--case", nargs="*", help="run only these cases")
+    ap.add_argument("--mode", nargs="*", choices=sorted(MODES),
+                    help="run only the cases of these modes")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.run:
-        print(json.dumps(asdict(measure(args.run, args.iterations))))
+        mode = args.mode[0] if args.mode else "field"
+        print(json.dumps(asdict(measure(args.run, args.iterations, mode))))
         return 0
-    cases = [c for c in CASES if not args.case or c.name in args.case]
+    cases = [c for c in CASES if (not args.case or c.name in args.case)
+             and (not args.mode or c.mode in args.mode)]
     print(f"field_accuracy: {args.iterations} iterations per program, sampled every iteration, "
           "the alarm at its defaults (every 50 samples, 2 confirmations)")
     print()
-    print("| case | expected | live alarm at iteration | report | kind | culprit named "
+    print("| case | mode | expected | live alarm at iteration | report | kind | culprit named "
           "| right | s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     wrong = 0
     for case in cases:
         for o in (case.runner or run_program)(case, args):
@@ -303,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             wrong += not right
             culprit = (o.culprit or "-").replace("|", "/")
             alarm = "-" if o.alarm_at is None else f"{o.alarm_at} ({o.alarm_metric})"
-            print(f"| {case.name} | {case.expect} | {alarm} "
+            print(f"| {case.name} | {case.mode} | {case.expect} | {alarm} "
                   f"| {o.status} | {o.kind or '-'} | {culprit} "
                   f"| {'yes' if right else 'NO: ' + why} | {o.seconds:.0f} |", flush=True)
     print()

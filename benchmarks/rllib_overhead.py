@@ -73,6 +73,20 @@ def steps_per_second(runner: Any, steps: int) -> float:
     return float(ray.get(runner.steps_per_second.remote(steps)))
 
 
+def _one_frame_diagnose() -> dict[str, Any]:
+    from memprobe_rllib._options import DIAGNOSE_PROBES
+
+    probes = {k: dict(v) for k, v in DIAGNOSE_PROBES.items()}
+    probes["tracemalloc"].update(nframe=1, group_by="lineno")
+    return probes
+
+
+def _diagnose_budget() -> float:
+    from memprobe_rllib._options import DIAGNOSE_BUDGET
+
+    return DIAGNOSE_BUDGET
+
+
 def variants() -> dict[str, Configure]:
     from memprobe_rllib import MemoryProbeCallback
 
@@ -83,6 +97,10 @@ def variants() -> dict[str, Configure]:
         "default": lambda c: c.callbacks(MemoryProbeCallback),
         # All four probes, tracemalloc and objects in windows: the mode to leave on.
         "diagnose": lambda c: c.callbacks(MemoryProbeCallback.configure(diagnose=True)),
+        # diagnose's probes with one frame traced per window (the allocating line alone):
+        # what the user's line above a library's costs in the windows (16 frames).
+        "diagnose_1frame": lambda c: c.callbacks(MemoryProbeCallback.configure(
+            probes=_one_frame_diagnose(), budget=_diagnose_budget())),
         # All four probes at every episode end, tracing always on: the cost diagnose avoids.
         "all_four": lambda c: c.callbacks(MemoryProbeCallback.configure(
             probes=["process", "gc", "tracemalloc", "objects"])),

@@ -80,6 +80,8 @@ def test_capture_on_alarm_names_the_line_of_a_leak_that_starts_midway(tmp_path, 
     latest = prober.alarm.latest.verdicts[fired[0].key]
     assert latest.culprits[0] == site, latest.culprits
     assert "culprits captured" in latest.note
+    # The kind from what the capture saw kept, and the note says so.
+    assert latest.kind == "python" and "from the capture" in latest.note, latest.note
     assert not tracemalloc.is_tracing()  # the capture released what it started
     # The JSONL: one more line, keys under memprobe/capture/, the site named.
     samples = read_samples(path)

@@ -63,7 +63,8 @@ def test_user_site_names_the_nearest_user_frame():
     from memprobe._sitestats import is_library, user_site
 
     lib = (STDLIB_FILE, 7)
-    assert is_library(STDLIB_FILE) and not is_library("/x/app/a.py") and is_library("<string>")
+    assert is_library(STDLIB_FILE) and not is_library("/x/app/a.py")
+    assert is_library("<frozen importlib._bootstrap>")
     assert user_site((("/x/app/a.py", 3), lib)) == "app/a.py:3"
     assert user_site((lib, (STDLIB_FILE, 9), ("/x/app/b.py", 12), ("/x/app/a.py", 1))) == (
         "app/b.py:12--json/decoder.py:7")
@@ -72,6 +73,24 @@ def test_user_site_names_the_nearest_user_frame():
 
     # memprobe's own allocations made in a library are not the user's: left out.
     assert user_site((lib, (own.__file__, 59), ("/x/app/a.py", 1))) is None
+
+
+def test_code_without_a_file_is_the_users():
+    """``python -c``, standard input and notebook cells are the user's code; a file of the
+    user's that runs such code (a generated ``__init__``) is named before it."""
+    from memprobe._sitestats import is_library, user_site
+
+    lib = (STDLIB_FILE, 7)
+    for pseudo in ("<string>", "<stdin>", "<ipython-input-3-5e2a1b>", "<console>"):
+        assert not is_library(pseudo)
+    import memprobe.leaks as own
+
+    # python -c running assert_no_leak: the <string> line, though memprobe called it.
+    assert user_site((lib, ("<string>", 5), (own.__file__, 120))) == "string:5--json/decoder.py:7"
+    assert user_site((("<stdin>", 4), (own.__file__, 120))) == "stdin:4"
+    assert user_site((("<string>", 2), ("/x/app/a.py", 9))) == "app/a.py:9--string:2"
+    assert user_site((lib, ("<ipython-input-3-5e2a1b>", 4))) == (
+        "ipython-input-3-5e2a1b:4--json/decoder.py:7")
 
 
 @settings(max_examples=200, deadline=None)

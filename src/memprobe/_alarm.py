@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Union
 
-from ._alarm_capture import AlarmCapture, captured_names, check_capture_option
+from ._alarm_capture import AlarmCapture, captured_kind, captured_names, check_capture_option
 from ._errors import ConfigError, LeakWarning, show
 from ._kinds import OBJECT_COUNTS
 from ._oom import hours_to_oom, oom_headroom
@@ -202,9 +202,12 @@ class LeakAlarm:
             v = verdicts.get(key)
             if v is not None and names:
                 note = f"culprits captured over {capture.culprits.duration_seconds:.1f} s"
+                kind = captured_kind(capture.culprits, v, capture.samples)  # what it kept
                 v = dataclasses.replace(
                     v, culprits=names + tuple(c for c in v.culprits if c not in names),
-                    note=f"{v.note}; {note}" if v.note else note)
+                    kind=kind[0] if kind else v.kind,
+                    note=(f"{kind[1]}; {note}" if kind else
+                          f"{v.note}; {note}" if v.note else note))
             if v is not None:
                 verdicts[key] = dataclasses.replace(v, holders=holders or v.holders)
         return dataclasses.replace(report, verdicts=verdicts)

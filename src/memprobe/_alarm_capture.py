@@ -83,6 +83,31 @@ def captured_names(culprits: Culprits, n: int = 5) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))[:n]
 
 
+#: Share of the verdict's growth over the capture that kept bytes must reach to explain it.
+_KEPT_SHARE = 0.25
+
+
+def captured_kind(culprits: Culprits, verdict: Verdict,
+                  samples: int) -> tuple[str, str] | None:
+    """The kind of a bytes verdict with no kind of its own, from what the capture saw kept
+    over its ``samples`` against the growth at the verdict's rate per sample; with a note
+    saying so. None when the verdict has its kind, or the capture saw too little to tell."""
+    if verdict.kind is not None or not verdict.key.endswith("_bytes"):
+        return None
+    grown = verdict.slope_per_step * samples
+    if grown <= 0:
+        return None
+    python = sum(b for _, b, _ in culprits.python_sites)
+    native = sum(s.size_bytes for s in culprits.native_sites)
+    basis = (f"from the capture: {python} B of Python allocations and {native} B of native "
+             f"ones kept over {samples} samples, against {grown:.0f} B grown")
+    if python >= _KEPT_SHARE * grown:
+        return "python", f"Python allocations; {basis}"
+    if culprits.native_sites and native >= _KEPT_SHARE * grown:
+        return "native", f"native memory; {basis}"
+    return None
+
+
 def held_type(fired: list[Verdict]) -> str | None:
     """The leaking type whose holders to walk: the first culprit that is a class of a
     module (``app.Session``, not ``dict``) of a verdict of kind ``objects``."""
@@ -107,6 +132,8 @@ class AlarmCapture:
         self.done = False
         self._start_seconds = 0.0
         self._held: Culprits | None = None  # holders walked at the alarm, not yet written
+        #: Samples taken while the capture was open (each asks :meth:`due`).
+        self.samples = 0
 
     @property
     def active(self) -> bool:
@@ -132,6 +159,7 @@ class AlarmCapture:
         self._capture = capture
         self._start_seconds = time.perf_counter() - t0
         self.keys = tuple(v.key for v in fired)
+        self.samples = 0
         return True
 
     def _walk_holders(self, name: str, fired: list[Verdict]) -> bool:
@@ -156,7 +184,10 @@ class AlarmCapture:
         if self._held is not None:
             return True
         capture = self._capture
-        return capture is not None and capture.due()
+        if capture is None:
+            return False
+        self.samples += 1
+        return capture.due()
 
     def finish(self, prefix: str) -> dict[str, Number]:
         """Close the capture; the flat values (keys under ``<prefix>/capture/``) of the

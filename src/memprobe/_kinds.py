@@ -9,8 +9,12 @@ mappings (``smaps/file_bytes``, or ``process/shared_bytes``).
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import Protocol
+
+from ._windows import WindowEvidence, is_library_site
+from .keys import format_culprit
 
 __all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
 
@@ -93,12 +97,21 @@ def rank(v: _Judged) -> tuple[int, int]:
     return (v.metric != "process/rss_bytes", _ORDER.get(v.kind or "", len(_ORDER)))
 
 
+#: Said when the site named first has no frame of the user's code.
+NO_USER_FRAME = ("no frame of the user's code among the frames traced for {site}: "
+                 "trace more (tracemalloc nframe) to name the line that keeps it")
+
+
 def _python(sites: Sequence[str], types: Sequence[str]) -> tuple[str, tuple[str, ...], str]:
     """Python allocations; retained objects when the fastest-growing type is a class of
-    a module (``my_mod.Cache``), not a builtin (``dict``, ``bytes``)."""
+    a module (``my_mod.Cache``), not a builtin (``dict``, ``bytes``). When the first site
+    is a library's line alone, the note says the user's frame was not reached."""
     if types and "." in types[0]:
         return "objects", (*types, *sites), KINDS["objects"]
-    return "python", (*sites, *types), KINDS["python"]
+    note = KINDS["python"]
+    if sites and is_library_site(sites[0]):
+        note += "; " + NO_USER_FRAME.format(site=sites[0])
+    return "python", (*sites, *types), note
 
 
 def _grows(v: _Judged | None, than: float = 0.0) -> bool:
@@ -106,42 +119,80 @@ def _grows(v: _Judged | None, than: float = 0.0) -> bool:
     return v is not None and v.status in ("leak", "slight") and v.slope_per_step >= than
 
 
+def native_hint(windows: Sequence[WindowEvidence] = ()) -> str:
+    """How to get the native stack of a native leak: the memray sites, or the way to them."""
+    if any(e.probe == "memray" for e in windows):
+        return ""
+    try:
+        installed = importlib.util.find_spec("memray") is not None
+    except (ImportError, ValueError):
+        installed = False
+    option = "capture_on_leak={'native': True, 'native_traces': True} names the C function"
+    if installed:
+        return option
+    return 'pip install "memprobe[native]"; then ' + option
+
+
+def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
+            why: str) -> tuple[str, tuple[str, ...], str]:
+    """Native memory: memray's sites when its windows ran, else the way to get them."""
+    note = f"native memory; {why}" if why else KINDS["native"]
+    native = next((e for e in windows if e.probe == "memray" and e.sites), None)
+    if native is not None:
+        return "native", tuple(format_culprit(s) for s, _ in native.sites[:5]), (
+            f"{note}; {native.describe(rate)}")
+    hint = native_hint(windows)
+    return "native", (), f"{note}; {hint}" if hint else note
+
+
 def classify(
     metric: str,
     by_metric: Mapping[str, _Judged],
     sites: Sequence[str],
     types: Sequence[str],
+    windows: Sequence[WindowEvidence] = (),
 ) -> tuple[str | None, tuple[str, ...], str]:
     """The kind of growth of the leaking ``metric``, its culprits and a note in plain words.
+
+    The note says what the kind rests on when it is not the metric's own.
 
     :param by_metric: every verdict of the same process, by metric without prefix.
     :param sites: the leaking tracemalloc sites, fastest first.
     :param types: the leaking object types, fastest first.
+    :param windows: what windowed probes saw (:func:`memprobe._windows.window_evidence`):
+        with a windowed tracemalloc probe, whether Python's growth explains the
+        metric's is judged from the bytes that survive its windows, not from
+        traced bytes, which are then no series.
     """
     own = _OWN_KIND.get(metric)
     if own == "python":
         return _python(sites, types)
     if own == "objects":
         return own, tuple(types), KINDS[own]
-    if own == "native":
-        return own, (), KINDS[own]
-    if own is not None:
-        return own, (), KINDS[own]
     v = by_metric[metric]
     rate = v.slope_per_step
+    if own == "native":
+        return _native(metric, rate, windows, "")
+    if own is not None:
+        return own, (), KINDS[own]
     if metric == "malloc/free_bytes":
         if _grows(by_metric.get("malloc/in_use_bytes"), 0.5 * rate):
-            return "native", (), KINDS["native"]
+            return _native(metric, rate, windows, "malloc's in-use bytes grow")
         return "fragmentation", (), KINDS["fragmentation"]
-    py = by_metric.get(FILTERED) or by_metric.get(TRACED)
+    traced = next((e for e in windows if e.probe == "tracemalloc"), None)
+    py = None if traced is not None else by_metric.get(FILTERED) or by_metric.get(TRACED)
     if _grows(py, 0.1 * rate):
         return _python(sites, types)
+    if traced is not None and traced.explains(rate):
+        kind, culprits, note = _python(
+            (*(format_culprit(s) for s, _ in traced.sites), *sites), types)
+        return kind, culprits, f"{KINDS[kind].split(':')[0]}; {traced.describe(rate)}"
     if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):
         return "mmap", (), KINDS["mmap"]
     in_use = by_metric.get("malloc/in_use_bytes")
     if in_use is not None:
         if _grows(in_use, 0.1 * rate):
-            return "native", (), KINDS["native"]
+            return _native(metric, rate, windows, "malloc's in-use bytes grow")
         if _grows(by_metric.get("malloc/free_bytes")):
             return "fragmentation", (), KINDS["fragmentation"]
     rss = by_metric.get("process/rss_bytes")
@@ -152,8 +203,9 @@ def classify(
         return "fds", (), KINDS["fds"]
     if types or _grows(by_metric.get("objects/total_count")) or _grows(by_metric.get(BLOCKS)):
         return "objects", tuple(types), KINDS["objects"]
+    if traced is not None:
+        return _native(metric, rate, windows, traced.describe(rate))
     if py is not None:
-        note = (f"{KINDS['native']}; rss grew but tracemalloc's traced bytes did not "
-                f"({py.slope_per_step:+.4g}/step)")
-        return "native", (), note
+        return _native(metric, rate, windows, "rss grew but tracemalloc's traced bytes did not "
+                       f"({py.slope_per_step:+.4g}/step)")
     return None, (), "add the tracemalloc, objects or malloc probe to tell which kind of memory"

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
+from . import keys
 from ._render_text import HEADER, heading, phase_header, phase_rows, rows, totals
 from ._runs import RunSummary
+from ._windows import is_library_site
 
 _STYLE = (
     "body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
@@ -16,7 +19,88 @@ _STYLE = (
     "td{text-align:right}td:first-child{text-align:left}"
     ".leak{color:#c00;font-weight:bold}.hint{color:#555}"
     "img{max-width:100%}"
+    ".flame{position:relative;margin:.5em 0;font:11px monospace}"
+    ".flame div{position:absolute;height:20px;overflow:hidden;white-space:nowrap;"
+    "box-sizing:border-box;border:1px solid #fff;padding:2px 3px}"
+    ".flame .user{background:#f2a65a}.flame .lib{background:#9fc5e8}"
+    ".flame .c{background:#e06666;color:#fff}"
 )
+#: Height of one frame's row in the flame graph, px.
+_ROW_PX = 22
+
+
+def kept_stacks(summary: RunSummary) -> tuple[str, list[tuple[str, float]]]:
+    """The stacks to draw and their bytes: what the alarm's capture saw kept (tracemalloc's
+    and memray's sites), else what the leaking sites grew by; with a title."""
+    head = keys.prefix_path(summary.run.prefix) + "capture"
+    stacks: list[tuple[str, float]] = []
+    for sample in summary.run.samples:
+        if head + "/duration_seconds" not in sample.values:
+            continue
+        for k, v in sample.values.items():
+            try:
+                parts = keys.split_key(k, head)
+            except ValueError:
+                continue
+            name = keys.site_name(parts.metric)
+            if (name is not None and parts.probe in ("tracemalloc", "memray")
+                    and parts.metric.endswith("/size_bytes") and v > 0):
+                stacks.append((name, float(v)))
+    if stacks:
+        return "memory kept, captured when the leak alarm fired", stacks
+    report: Any = summary.report
+    for v in getattr(report, "sites", ()):
+        metric = keys.short_key(v.key, summary.run.prefix).partition("/")[2]
+        name = keys.site_name(metric)
+        if v.leaking and name is not None and v.growth > 0:
+            stacks.append((name, float(v.growth)))
+    return "memory the leaking sites grew by", stacks
+
+
+def _frame_class(frame: str) -> str:
+    if ":" not in frame:
+        return "c"  # a C function (memray's native traces)
+    return "lib" if is_library_site(frame) else "user"
+
+
+def flame_graph(stacks: Iterable[tuple[str, float]]) -> str:
+    """An icicle of the stacks (``a.py:1--lib.py:2--c_func`` and their bytes): the user's
+    frame on top, each frame as wide as the bytes below it. Plain HTML and CSS."""
+    tree: dict[str, Any] = {}
+    total = 0.0
+    for chain, size in stacks:
+        total += size
+        node = tree
+        for frame in chain.split("--"):
+            entry = node.setdefault(frame, [0.0, {}])
+            entry[0] += size
+            node = entry[1]
+    if total <= 0:
+        return ""
+    e = html.escape
+    boxes: list[str] = []
+    depth_max = 0
+
+    def walk(node: dict[str, Any], left: float, depth: int) -> None:
+        nonlocal depth_max
+        for frame, (size, children) in sorted(node.items(), key=lambda kv: -kv[1][0]):
+            depth_max = max(depth_max, depth)
+            width = 100.0 * size / total
+            label = f"{frame} ({_kib(size)})"
+            boxes.append(
+                f"<div class='{_frame_class(frame)}' title='{e(label)}' "
+                f"style='left:{left:.3f}%;width:{width:.3f}%;top:{depth * _ROW_PX}px'>"
+                f"{e(label)}</div>")
+            walk(children, left, depth + 1)
+            left += width
+
+    walk(tree, 0.0, 0)
+    height = (depth_max + 1) * _ROW_PX
+    return f"<div class='flame' style='height:{height}px'>" + "".join(boxes) + "</div>"
+
+
+def _kib(n: float) -> str:
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
 def render(summaries: Sequence[RunSummary], png: bytes | None, files: Sequence[str]) -> str:
@@ -56,6 +140,10 @@ def render(summaries: Sequence[RunSummary], png: bytes | None, files: Sequence[s
             parts.append("<h3>captured when the leak alarm fired</h3><ul>")
             parts += [f"<li><code>{e(site)}</code> {e(detail)}</li>" for site, detail in s.captured]
             parts.append("</ul>")
+        title, stacks = kept_stacks(s)
+        if stacks:
+            parts.append(f"<h3>{e(title)} (user frame on top)</h3>")
+            parts.append(flame_graph(stacks))
         if s.holders:
             parts.append("<h3>held by (referrer chains walked when the leak alarm fired)</h3><ul>")
             parts += [f"<li><code>{e(chain)}</code></li>" for chain in s.holders]

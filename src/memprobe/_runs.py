@@ -23,7 +23,14 @@ from ._errors import MemprobeWarning
 from ._jsonl import JsonlReadError, iter_records
 from ._phase_growth import PhaseGrowth, mark_times, phase_growth
 from ._sample import Sample
-from ._verdicts import DEFAULT_METRICS, STATUS_WORDS, Verdict, analyze, analyze_samples
+from ._verdicts import (
+    DEFAULT_METRICS,
+    STATUS_WORDS,
+    Verdict,
+    analyze,
+    analyze_samples,
+    format_culprit,
+)
 from .metrics import PROBER_METRICS, Metric, as_metric, lookup
 
 #: Samples a verdict needs (the ``min_points`` of :func:`memprobe.analyze`).
@@ -240,7 +247,7 @@ def site_of(key: str, prefix: str) -> str:
         metric = keys.split_key(key, prefix).metric
     except ValueError:
         return key
-    return keys.site_name(metric) or metric
+    return format_culprit(keys.site_name(metric) or metric)
 
 
 def _suspects(run: ProcessRun, report: Any, n: int = 5) -> tuple[str, list[tuple[str, str]]]:
@@ -250,6 +257,11 @@ def _suspects(run: ProcessRun, report: Any, n: int = 5) -> tuple[str, list[tuple
             unit = describe(v.key, run.prefix).unit
             out.append((site_of(v.key, run.prefix),
                         f"growing {fmt(v.slope_per_step, unit, True)}/step"))
+    if not out:  # named from what tracing windows or memray saw, not from site series
+        named = dict.fromkeys(c for v in report.leaking for c in v.culprits)
+        out = [(format_culprit(c), f"named by the {v.kind} verdict")
+               for c, v in ((c, next(v for v in report.leaking if c in v.culprits))
+                            for c in named)][:n]
     if out:
         return "top suspects", out
     last = run.samples[-1].values if run.samples else {}
@@ -261,7 +273,7 @@ def _suspects(run: ProcessRun, report: Any, n: int = 5) -> tuple[str, list[tuple
             continue
         if (parts.probe == "tracemalloc" and parts.metric.startswith("top/")
                 and parts.metric.endswith("/size_bytes")):
-            top.append((keys.site_name(parts.metric) or parts.metric, v))
+            top.append((format_culprit(keys.site_name(parts.metric) or parts.metric), v))
     top.sort(key=lambda kv: -kv[1])
     return "largest allocation sites", [
         (site, f"{fmt(v, 'bytes')} live at the end") for site, v in top[:n]]
@@ -385,6 +397,7 @@ def _captured(run: ProcessRun, n: int = 5) -> list[tuple[str, str]]:
             name = keys.site_name(parts.metric)
             if name is None:
                 continue
+            name = format_culprit(name)
             if parts.probe == "objects" and parts.metric.endswith("/count"):
                 found.append((-1.0, name, f"+{int(v)} objects"))
             elif parts.metric.endswith("/size_bytes"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 
-from . import _kinds
+from . import _kinds, _windows
 from ._sample import Sample
 from .keys import make_key, short_key, site_name, split_key
 
@@ -26,7 +26,8 @@ def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
     keys of memprobe's own memory.
     """
     wanted = set(metrics if metrics is not None else _kinds.DEFAULT_METRICS)
-    wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED, FORECAST))
+    wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED, FORECAST,
+                   *_windows.WINDOW_KEYS))
     if own:
         wanted.update(("tracemalloc/overhead_bytes", "overhead/check_retained_bytes"))
     seen: dict[str, bool] = {}
@@ -34,7 +35,8 @@ def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
     def keep(key: str) -> bool:
         found = seen.get(key)
         if found is None:
-            found = seen[key] = (short_key(key, prefix) in wanted
+            short = short_key(key, prefix)
+            found = seen[key] = (short in wanted or _windows.is_window_site(short)
                                  or (sites and site_probe(key, prefix) is not None))
         return found
     return keep

@@ -97,12 +97,24 @@ def _library_roots() -> tuple[str, ...]:
     return tuple(sorted({os.path.normpath(os.path.abspath(r)) + os.sep for r in roots}))
 
 
+#: Pseudo-files that hold the user's own code: ``python -c``, standard input, the
+#: interactive prompt, IPython and Jupyter cells.
+_USER_PSEUDO = ("<string>", "<stdin>", "<console>", "<ipython-input-")
+
+
+def is_user_pseudo(filename: str) -> bool:
+    """True for code the user typed or ran without a file (``python -c``, ``<stdin>``,
+    a notebook cell ``<ipython-input-3-...>``)."""
+    return filename.startswith(_USER_PSEUDO)
+
+
 @functools.lru_cache(maxsize=4096)
 def is_library(filename: str) -> bool:
     """True for a file in site-packages or the standard library, or a pseudo-file
-    (``<frozen ...>``, ``<string>``): code that is not the user's own."""
+    other than the user's own (``<frozen ...>``; not ``<string>``, ``<stdin>``
+    or a notebook cell, see :func:`is_user_pseudo`): code that is not the user's own."""
     if filename.startswith("<"):
-        return True
+        return not is_user_pseudo(filename)
     return os.path.abspath(filename).startswith(_library_roots())
 
 
@@ -121,18 +133,31 @@ def _own(filename: str) -> bool:
 def user_site(tb: Sequence[tuple[str, int]]) -> str | None:
     """The site key of a raw traceback (most recent frame first) for ``group_by="user"``,
     or None when the allocation is memprobe's own (made for it in a library).
-    Not cached across samples: a cache of tracebacks would grow the process itself
-    (``is_library`` and the path shortening are cached per file name)."""
+
+    The user's frame is the nearest one in a file of the user's; code without a
+    file (``<string>``, ``<stdin>``, a notebook cell) is the user's too, unless a
+    file of the user's calls it (a library's generated ``__init__`` compiled as
+    ``<string>``). Not cached across samples: a cache of tracebacks would grow the
+    process itself (``is_library`` and the path shortening are cached per file name).
+    """
     top = tb[0]
     here = format_site(top[0], top[1])
-    if not is_library(top[0]):
-        return here
-    for filename, lineno in tb[1:]:
-        if not is_library(filename):
-            if _own(filename):
+    pseudo: tuple[str, int] | None = None
+    for i, (filename, lineno) in enumerate(tb):
+        if is_library(filename):
+            continue
+        if _own(filename):
+            if pseudo is None:
                 return None
-            return f"{format_site(filename, lineno)}--{here}"
-    return here
+            break
+        if is_user_pseudo(filename):
+            if pseudo is None:
+                pseudo = (filename, lineno)
+            continue
+        return here if i == 0 else f"{format_site(filename, lineno)}--{here}"
+    if pseudo is None or pseudo == top:
+        return here
+    return f"{format_site(*pseudo)}--{here}"
 
 
 def site_key(frames: Sequence[tracemalloc.Frame]) -> str:

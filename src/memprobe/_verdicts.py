@@ -27,13 +27,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from . import _kinds
+from . import _kinds, _windows
 from ._errors import ConfigError, show
 from ._scales import duration_words, floor_level, judge_scales, scale_words
 from ._sample import Sample
 from ._series import FORECAST, judged_keys, sample_series, site_probe
 from ._tiers import Tiers
-from .keys import DEFAULT_PREFIX, infer_prefix, make_key, short_key, site_name
+from .keys import (
+    DEFAULT_PREFIX,
+    format_culprit,
+    infer_prefix,
+    make_key,
+    short_key,
+    site_name,
+)
 from .trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
 
 __all__ = [
@@ -71,12 +78,6 @@ LEAK_OPTIONS = frozenset({
 
 _LATE_MIN_POINTS = 10  # points the last-half check of analyze() needs
 _LATE_FRACTION = 1 / 3  # a late rate under this part of the rate judged: levelled off
-
-
-def format_culprit(site: str) -> str:
-    """A site or type name as a report shows it: a chain of frames (oldest first,
-    joined by ``--`` in keys) reads ``my_env.py:26 → numpy/_core/numeric.py:232``."""
-    return site.replace("--", " → ")
 
 
 @dataclass(frozen=True)
@@ -487,6 +488,12 @@ def analyze_samples(
         samples = list(samples)
         prefix = _prefix_of(samples)
     series, own, checks_kept = sample_series(samples, prefix, judged_keys(prefix, metrics, sites))
+    # Windowed probes: what their windows saw, the evidence for the kind (traced bytes
+    # are then no continuous series, and are not judged).
+    windows = tuple(e for p in ("tracemalloc", "memray")
+                    if (e := _windows.window_evidence(series, prefix, p)) is not None)
+    if any(e.probe == "tracemalloc" for e in windows):
+        series.pop(make_key(prefix, *_kinds.TRACED.split("/")), None)
     shorts = {k: short_key(k, prefix) for k in series}
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if metrics is None and _kinds.FILTERED in shorts.values():
@@ -545,6 +552,7 @@ def analyze_samples(
     by_metric = {v.metric: v for v in verdicts.values()}
     for k, v in list(verdicts.items()):
         if v.leaking:
-            kind, culprits, note = _kinds.classify(v.metric, by_metric, site_names, type_names)
+            kind, culprits, note = _kinds.classify(v.metric, by_metric, site_names, type_names,
+                                                   windows)
             verdicts[k] = dataclasses.replace(v, kind=kind, culprits=culprits, note=note)
     return Report(verdicts, sites_r, types_r, prefix)

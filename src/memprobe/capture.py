@@ -32,7 +32,7 @@ from ._sitestats import MEMPROBE_PACKAGES, Stats, default_filters, site_stats
 from .keys import shorten_path
 from .probes.memray import MemrayWindow, NativeSite, _memray
 from .probes.objects import type_name
-from .probes.tracemalloc import acquire_tracing, growth, release_tracing
+from .probes.tracemalloc import WINDOW_NFRAME, acquire_tracing, growth, release_tracing
 from .referrers import Chain, referrer_chains
 
 
@@ -48,7 +48,8 @@ class Culprits:
 
     :ivar python_sites: ``(site, size_bytes, count)``: Python lines whose allocations
         made during the capture are still alive at its end (or, when tracing was
-        already on, whose live bytes grew).
+        already on, whose live bytes grew); a library line comes after the user's
+        line that called it (``app.py:12--numpy/_core/numeric.py:232``).
     :ivar native_sites: memray's sites alive at the end of its window (empty without memray).
     :ivar types: ``(type name, count)``: types whose live instances grew.
     :ivar holders: referrer chains of sampled instances of the type that grew most.
@@ -205,11 +206,16 @@ class CulpritCapture:
         if self.objects:
             self._types = _type_counts()
         already = tracemalloc.is_tracing()
-        acquire_tracing(1)
+        # Enough frames to name the user's line above a library's (only for the window).
+        acquire_tracing(WINDOW_NFRAME)
         self._tracing = True
+        if tracemalloc.get_traceback_limit() < 2:
+            self._notes.append(
+                "python sites are the allocating lines: tracing was already on with one "
+                "frame; trace with nframe >= 2 to name the user's line above a library's")
         # Tracing already on (a tracemalloc probe, the user): blocks from before
         # the capture are traced too, so the culprits are the growth from a baseline.
-        self._baseline = site_stats("lineno", self._filters) if already else None
+        self._baseline = site_stats("user", self._filters) if already else None
         if window is not None:
             try:
                 window.open()
@@ -262,7 +268,7 @@ class CulpritCapture:
         if self._memray is not None:
             window, self._memray = self._memray, None
             native = window.close()[: self.top]
-        stats = site_stats("lineno", self._filters)
+        stats = site_stats("user", self._filters)
         self._release_tracing()
         if self._baseline is None:
             ranked = sorted(stats.items(), key=lambda kv: (-kv[1][0], kv[0]))[: self.top]

@@ -171,6 +171,12 @@ def shorten_path(filename: str) -> str:
     return "/".join(parts[-2:])
 
 
+def format_culprit(site: str) -> str:
+    """A site or type name as a report shows it: a chain of frames (oldest first,
+    joined by ``--`` in keys) reads ``my_env.py:26 → numpy/_core/numeric.py:232``."""
+    return site.replace("--", " → ")
+
+
 def format_site(filename: str, lineno: int) -> str:
     """``package/file.py:line`` for an allocation site."""
     return f"{shorten_path(filename)}:{lineno}"

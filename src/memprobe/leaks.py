@@ -7,6 +7,7 @@ verdicts themselves are :mod:`memprobe._verdicts`, the statistics :mod:`memprobe
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import struct
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._errors import ConfigError, LeakError, show
-from ._kinds import FILTERED, KINDS
+from ._kinds import FILTERED, KINDS, classify
 from ._prober import Prober
 from ._sample import Sample
 from ._sitestats import default_filters, site_stats
@@ -35,6 +36,8 @@ __all__ = [
     "assert_no_leak",
     "check_growth_bytes",
     "check_leaks",
+    "check_warmup",
+    "judge_tolerance",
 ]
 
 #: One double: the cells of check_leaks' columns.
@@ -88,6 +91,7 @@ def check_leaks(
         raise ConfigError(
             "tracemalloc_top", f"must be None or an int >= 1, got {show(tracemalloc_top)}"
         )
+    check_warmup(warmup, repeats)
     if probes is None:
         probes = ["process"]
     opts = dict(options)
@@ -159,6 +163,22 @@ def check_leaks(
     return analyze_samples(samples, prefix=prefix, thresholds=thresholds, warmup=warmup, **opts)
 
 
+#: Fewest calls judged after the warm-up: fewer cannot tell a trend.
+_MIN_JUDGED = 3
+
+
+def check_warmup(warmup: Any, repeats: int) -> None:
+    """A warm-up in calls leaves at least 3 of ``repeats`` calls to judge, else
+    :class:`ConfigError` naming ``warmup``: a check with nothing to judge passes
+    whatever leaks."""
+    if isinstance(warmup, int) and not isinstance(warmup, bool) and warmup >= 0:
+        if repeats - warmup < _MIN_JUDGED:
+            raise ConfigError(
+                "warmup", f"{warmup} warm-up calls of {repeats} repeats leave "
+                f"{max(0, repeats - warmup)} calls to judge; give repeats >= warmup + "
+                f"{_MIN_JUDGED} (here {warmup + _MIN_JUDGED})")
+
+
 def check_growth_bytes(max_growth_bytes: Any, option: str = "max_growth_bytes") -> float:
     """A growth tolerance in bytes: a number >= 0, else :class:`ConfigError` naming ``option``."""
     if (
@@ -182,29 +202,55 @@ def assert_no_leak(
 ) -> Report:
     """Call ``fn()`` repeatedly and raise :class:`LeakError` if memory keeps growing.
 
-    A metric fails when it leaks faster than ``max_growth_bytes`` spread over
-    the calls after warm-up (so the total growth the test tolerates is about
-    ``max_growth_bytes``). Counts (``process/num_fds``, ``objects/total_count``)
-    listed in ``metrics`` tolerate no growth.
+    A ``_bytes`` metric in ``metrics`` fails when it grows significantly (the
+    lower bound of its slope above 0, not levelled off) by more than
+    ``max_growth_bytes`` over the calls judged (after ``warmup``), whatever the
+    floor under which growth is only "growing slightly". Counts
+    (``process/num_fds``, ``objects/total_count``) listed in ``metrics``
+    tolerate no growth. How many repeats catch a leak of N bytes per call:
+    docs/leaks.md.
 
     :returns: the :class:`Report` when nothing leaks.
     :raises LeakError: naming the metrics that grew, the kind of growth and the culprits.
+    :raises ConfigError: ``warmup`` leaves fewer than 3 of the ``repeats`` calls to judge.
     """
     check_growth_bytes(max_growth_bytes)
+    check_warmup(warmup, repeats)
     if probes is None:
         probes = {"process": {}}
         if "objects/total_count" in metrics:
             probes["objects"] = {"top": 20}
-    n_used = max(1, repeats - (warmup if isinstance(warmup, int) else 0))
-    per_call = max_growth_bytes / n_used
-    thresholds = {m: (per_call if m.endswith("_bytes") else 0.0) for m in metrics}
+    thresholds = {m: 0.0 for m in metrics}
     report = check_leaks(
         fn, repeats=repeats, warmup=warmup, probes=probes, thresholds=thresholds, **options
     )
+    report = judge_tolerance(report, metrics, max_growth_bytes)
     failing = [v for m in metrics if (v := report.get(m)) is not None and v.leaking]
     if failing:
         raise LeakError(_leak_message(failing, report, repeats, max_growth_bytes), report)
     return report
+
+
+def judge_tolerance(report: Report, metrics: Sequence[str], max_growth: float) -> Report:
+    """The report with every ``_bytes`` metric of ``metrics`` that grew significantly by
+    more than ``max_growth`` judged a leak (with its kind and culprits), and every one
+    that grew less not: the tolerance decides, not the report's floor for "slight"."""
+    growing = ("leak", "slight")
+    sites = tuple(v.site or "" for v in report.sites if v.status in growing)
+    types = tuple(v.site or "" for v in report.types if v.status in growing)
+    by_metric = {v.metric: v for v in report.verdicts.values()}
+    verdicts = dict(report.verdicts)
+    for m in metrics:
+        v = report.get(m)
+        if v is None or not v.key.endswith("_bytes") or v.status not in growing:
+            continue
+        if v.growth > max_growth:
+            kind, culprits, note = classify(v.metric, by_metric, sites, types)
+            verdicts[v.key] = dataclasses.replace(
+                v, status="leak", kind=kind, culprits=culprits, note=note)
+        else:
+            verdicts[v.key] = dataclasses.replace(v, status="slight")
+    return dataclasses.replace(report, verdicts=verdicts)
 
 
 def _leak_message(failing: list[Verdict], report: Report, repeats: int, max_growth: float) -> str:
@@ -216,7 +262,7 @@ def _leak_message(failing: list[Verdict], report: Report, repeats: int, max_grow
         )
     if report.kind:
         lines.append(f"kind: {report.kind} ({KINDS[report.kind]})")
-    sus = [v for v in (*report.sites, *report.types) if v.leaking][:10]
+    sus = [v for v in (*report.sites, *report.types) if v.status in ("leak", "slight")][:10]
     if sus:
         lines.append("culprits (fastest-growing first):")
         lines += [f"  {v.site}: {v.slope_per_step:+.1f}/call" for v in sus]

@@ -85,3 +85,24 @@ class EpisodeLeakCartPole(_KeepingCartPole):
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
         LEAKED.append(bytearray(self._kib * 1024))
         return super().reset(seed=seed, options=options)
+
+
+NUMPY_LEAKED: list[Any] = []
+
+
+class NumpyLeakyCartPole(_KeepingCartPole):
+    """Every ``step()`` keeps an ``np.ones(512)`` (4 KiB): numpy allocates, this line keeps."""
+
+    def keep(self) -> None:
+        import numpy as np
+
+        NUMPY_LEAKED.append(np.ones(512))  # LEAK: the user's line above numpy's
+
+
+def numpy_leak_line() -> str:
+    """``memprobe_test_leaky_env.py:<line>`` of the numpy-leaking statement."""
+    import inspect
+
+    src, first = inspect.getsourcelines(NumpyLeakyCartPole.keep)
+    off = next(i for i, line in enumerate(src) if "NUMPY_LEAKED.append" in line)
+    return f"memprobe_test_leaky_env.py:{first + off}"

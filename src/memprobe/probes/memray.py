@@ -24,6 +24,7 @@ from typing import Any
 
 from .._errors import ConfigError, ProbeError, show
 from .._flatten import SiteMap
+from .._sitestats import is_library
 from ..hookspecs import hookimpl
 from ..keys import format_site
 from ..metrics import Metric
@@ -31,6 +32,10 @@ from ..metrics import Metric
 _MEMPROBE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: Longest native function name kept in a site (C++ names can be very long).
 _NATIVE_NAME_CHARS = 80
+#: tracemalloc's allocators of its own tables: what tracing costs, never a leak.
+_TRACEMALLOC_OWN = frozenset({"raw_malloc", "raw_realloc", "raw_calloc"})
+#: Python frames read per record to find the user's line above a library's.
+_PYTHON_FRAMES = 16
 #: The interpreter's allocator entry points: a native site names the function that called them.
 _PY_ALLOCATOR = re.compile(r"_?Py(Mem|Object)_(Raw)?(Malloc|Calloc|Realloc)")
 
@@ -49,8 +54,10 @@ def _memray() -> Any:
 class NativeSite:
     """Bytes and blocks allocated at one site during a window and still alive at its end.
 
-    ``site`` is the key part: the Python line (``train.py:42``), followed
-    with ``native_traces`` by the innermost named C function
+    ``site`` is the key part: the Python line (``train.py:42``), after the
+    user's own line when a library's line called the C code
+    (``train.py:42--numpy/_core/numeric.py:232``), followed with
+    ``native_traces`` by the innermost named C function
     (``train.py:42--leaky_alloc``), or that function alone when no Python frame
     was running (a thread of a C library).
     """
@@ -70,15 +77,23 @@ def _site_of(record: Any, native: bool) -> str | None:
     """The site key of one memray record; ``None`` for memprobe's or memray's own."""
     python = ""
     # An explicit depth: memray's stack_trace() without one drops the outermost frame.
-    frames = record.stack_trace(1)
+    frames = record.stack_trace(_PYTHON_FRAMES)
     if frames:
         _function, filename, lineno = frames[0]
         if _own_file(filename):
             return None  # allocated by memprobe or memray themselves
         python = format_site(filename, lineno)
+        if is_library(filename):  # the user's line that called the library, first
+            for _f, caller, caller_line in frames[1:]:
+                if not is_library(caller):
+                    if not _own_file(caller):
+                        python = f"{format_site(caller, caller_line)}--{python}"
+                    break
     name = ""
     if native:
         for function, _filename, _lineno in record.native_stack_trace(8):
+            if function in _TRACEMALLOC_OWN:
+                return None  # tracemalloc's own tables (memprobe's tracing windows)
             if function and function != "<unknown>" and not _PY_ALLOCATOR.match(function):
                 name = function[:_NATIVE_NAME_CHARS]
                 break

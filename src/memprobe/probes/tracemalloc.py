@@ -19,6 +19,13 @@ from .._tracing import (
 from ..hookspecs import hookimpl
 from ..metrics import Metric
 
+#: Frames traced by default with ``group_by="user"`` when tracing runs all the time:
+#: enough for ``json.loads`` (three frames of the json package) under the user's line,
+#: about twice the cost of one frame (docs/leaks.md, benchmarks/culprit_frames.py).
+CONTINUOUS_NFRAME = 4
+#: Frames traced by default in windows (a window traces one sample in ``period_steps``).
+WINDOW_NFRAME = 16
+
 
 class TracemallocProbe:
     """Traced and peak bytes, the top-N allocation sites and the sites that grew most.
@@ -33,6 +40,13 @@ class TracemallocProbe:
     sample ``k*P + W`` the live traced blocks (allocated during the window and
     still alive) are grouped by site into ``survivors/<site>/...``, then
     tracing stops. Allocation runs at full speed the other ``P - W`` samples.
+
+    Sites are named where the user can act (``group_by="user"``, the default):
+    the user's own line, then the library line that allocated
+    (``app.py:12--numpy/_core/numeric.py:232``). That needs the frames between
+    them: ``nframe`` is :data:`CONTINUOUS_NFRAME` by default when tracing runs
+    all the time (each traced frame costs on every allocation; measured in
+    docs/leaks.md) and :data:`WINDOW_NFRAME` in windows.
     """
 
     metrics = {
@@ -62,22 +76,29 @@ class TracemallocProbe:
         self,
         *,
         top: int = 10,
-        nframe: int = 1,
-        group_by: str = "lineno",
+        nframe: int | None = None,
+        group_by: str = "user",
         exclude: list[str] | tuple[str, ...] = (),
         window_steps: int | None = None,
         period_steps: int | None = None,
     ) -> None:
         if not isinstance(top, int) or isinstance(top, bool) or top < 0:
             raise ConfigError("tracemalloc.top", f"must be an int >= 0, got {show(top)}")
-        if not isinstance(nframe, int) or isinstance(nframe, bool) or not 1 <= nframe <= 100:
+        if nframe is not None and (
+            not isinstance(nframe, int) or isinstance(nframe, bool) or not 1 <= nframe <= 100
+        ):
             raise ConfigError(
-                "tracemalloc.nframe", f"must be an int from 1 to 100, got {show(nframe)}"
+                "tracemalloc.nframe", f"must be None or an int from 1 to 100, got {show(nframe)}"
             )
         if group_by not in GROUP_BY:
             raise ConfigError(
                 "tracemalloc.group_by", f"must be one of {GROUP_BY}, got {show(group_by)}"
             )
+        if group_by == "user" and nframe == 1:
+            raise ConfigError(
+                "tracemalloc.nframe", "group_by='user' names the user's line above the "
+                "library line that allocated, which one traced frame cannot reach: give "
+                "nframe >= 2 (or leave it out), or group_by='lineno' for the allocating line")
         if isinstance(exclude, str) or not all(  # type: ignore[unreachable]
             isinstance(p, str) for p in exclude
         ):
@@ -102,6 +123,9 @@ class TracemallocProbe:
         self.period_steps = period_steps
         self._calls = 0
         self.top = top
+        if nframe is None:
+            nframe = 1 if group_by != "user" else (
+                CONTINUOUS_NFRAME if window_steps is None else WINDOW_NFRAME)
         self.nframe = nframe
         self.group_by = group_by
         self.exclude = tuple(exclude)

@@ -1,0 +1,171 @@
+"""What tracing windows saw: the evidence for a leak's kind when traced bytes are no series.
+
+A windowed ``tracemalloc`` probe (``window_steps=W, period_steps=P``, the RLlib
+adapter's ``diagnose=True``) traces W samples of every P: its ``traced_bytes``
+is what one window traced, not the process's Python memory, so a flat
+``traced_bytes`` says nothing of a Python leak. What the windows do say: at
+each window's end, the bytes allocated inside it that are still alive
+(``survivors_bytes``), by site (``survivors/<site>/size_bytes``). A Python
+leak of L bytes per step leaves about L x W surviving bytes in every window,
+at the user's line; a native leak leaves none. The windowed ``memray`` probe
+does the same for native allocations (``memray/survivors_bytes``,
+``memray/top/<site>/size_bytes``).
+
+:func:`window_evidence` reads these from the series :func:`memprobe.analyze_samples`
+gathers; :func:`memprobe._kinds.classify` judges the kind from it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import statistics
+import sysconfig
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .keys import site_name
+
+__all__ = ["WINDOW_KEYS", "WindowEvidence", "is_library_site", "is_window_site", "window_evidence"]
+
+#: Closed windows read (the latest): a site counts when it survives half of them.
+_WINDOWS = 5
+
+#: The probes' windowed metrics (without prefix) the evidence is read from.
+WINDOW_KEYS = (
+    "tracemalloc/window_active", "tracemalloc/survivors_bytes",
+    "memray/window_active", "memray/survivors_bytes",
+)
+#: The per-site sections of the windowed probes.
+SITE_SECTIONS = {"tracemalloc": "survivors", "memray": "top"}
+
+
+
+def is_window_site(short: str) -> bool:
+    """Whether a key without prefix is a windowed probe's per-site size
+    (``tracemalloc/survivors/<site>/size_bytes``, ``memray/top/<site>/size_bytes``)."""
+    probe, _, metric = short.partition("/")
+    section = SITE_SECTIONS.get(probe)
+    return (section is not None and metric.startswith(section + "/")
+            and metric.endswith("/size_bytes"))
+
+
+Series = Mapping[str, tuple["array[float]", "array[float]", "array[float]"]]
+
+
+@functools.lru_cache(maxsize=512)
+def is_library_site(site: str) -> bool:
+    """Whether a site key's first frame (``numpy/_core/numeric.py:232``,
+    ``json/decoder.py:353``) is in the standard library or an installed package,
+    not the user's own code (``app.py:12``, ``string:3``)."""
+    head = site.split("--", 1)[0].split("/", 1)[0].split(":", 1)[0]
+    if head.startswith("frozen"):
+        return True
+    name = head[:-3] if head.endswith(".py") else head
+    try:
+        spec = importlib.util.find_spec(name) if name.isidentifier() else None
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None) or ""
+    if spec is not None and origin in ("built-in", "frozen"):
+        return True
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    return bool(origin) and any(origin.startswith(r) for r in roots)
+
+
+@dataclass(frozen=True)
+class WindowEvidence:
+    """What one windowed probe's latest windows saw.
+
+    :ivar probe: ``"tracemalloc"`` (Python allocations) or ``"memray"`` (native).
+    :ivar windows: closed windows read.
+    :ivar steps_per_window: steps each window traced (W).
+    :ivar survivors_per_step: median bytes surviving a window, per step traced.
+    :ivar sites: ``(site, bytes per step)`` of the sites surviving at least half of
+        the windows, the user's own first, largest first.
+    """
+
+    probe: str
+    windows: int
+    steps_per_window: float
+    survivors_per_step: float
+    sites: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def user_per_step(self) -> float:
+        """Bytes per step surviving at the user's own sites."""
+        return sum(b for s, b in self.sites if not is_library_site(s))
+
+    def explains(self, rate_per_step: float, share: float = 0.25) -> bool:
+        """Whether what survives the windows accounts for a growth of ``rate_per_step``:
+        at the user's sites, at least ``share`` of it (a library's blocks in flight,
+        episodes not yet returned, survive every window of a healthy process too);
+        at any site, all of it."""
+        rate = max(rate_per_step, 1.0)
+        if self.probe != "tracemalloc":
+            return self.survivors_per_step >= share * rate
+        return self.user_per_step >= share * rate or self.survivors_per_step >= rate
+
+    def describe(self, rate_per_step: float) -> str:
+        """What the kind rests on, in a few words."""
+        user = self.user_per_step if self.probe == "tracemalloc" else self.survivors_per_step
+        user_s = ("" if user == self.survivors_per_step else
+                  f" ({_bytes(user)} at the user's lines)")
+        return (f"from {self.windows} {self.probe} windows: {_bytes(self.survivors_per_step)}"
+                f"/step survive{user_s} against {_bytes(rate_per_step)}/step")
+
+
+def _bytes(v: float) -> str:
+    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(v) >= size:
+            return f"{v / size:.3g} {unit}"
+    return f"{v:.0f} B"
+
+
+def _steps_per_window(active: tuple[Sequence[float], Sequence[float], Sequence[float]] | None,
+                      ) -> float:
+    """W, from the ``window_active`` series: steps from a window's first active sample
+    to the sample that closed it (1 when the series is missing)."""
+    if active is None:
+        return 1.0
+    spans: list[float] = []
+    opened: float | None = None
+    for x, y in zip(active[0], active[1]):
+        if y and opened is None:
+            opened = x
+        elif not y and opened is not None:
+            spans.append(x - opened)
+            opened = None
+    return max(1.0, statistics.median(spans)) if spans else 1.0
+
+
+def window_evidence(series: Series, prefix: str, probe: str = "tracemalloc",
+                    ) -> WindowEvidence | None:
+    """The evidence of ``probe``'s windows in ``series`` (``{key: (xs, ys, times)}``),
+    or None when it did not run windowed."""
+    head = (prefix + "/" if prefix else "") + probe + "/"
+    total = series.get(head + "survivors_bytes")
+    if total is None or not len(total[0]):
+        return None
+    closes = list(total[0])[-_WINDOWS:]
+    w = _steps_per_window(series.get(head + "window_active"))
+    at = {x: i for i, x in enumerate(closes)}
+    section = head + SITE_SECTIONS[probe] + "/"
+    sizes: dict[str, list[float]] = {}
+    for key, (xs, ys, _ts) in series.items():
+        if not (key.startswith(section) and key.endswith("/size_bytes")):
+            continue
+        name = site_name(key[len(head):], (SITE_SECTIONS[probe],))
+        if name is None or name == "other":
+            continue
+        vals = [float(y) for x, y in zip(xs, ys) if x in at]
+        if vals:
+            sizes[name] = vals
+    need = (len(closes) + 1) // 2
+    ranked = [(s, statistics.median(v + [0.0] * (len(closes) - len(v))) / w)
+              for s, v in sizes.items() if len(v) >= need]
+    ranked = [r for r in ranked if r[1] > 0]
+    ranked.sort(key=lambda r: (is_library_site(r[0]), -r[1]))
+    per_step = statistics.median(list(total[1])[-_WINDOWS:]) / w
+    return WindowEvidence(probe, len(closes), w, per_step, tuple(ranked))
