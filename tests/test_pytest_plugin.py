@@ -12,7 +12,7 @@ import memprobe._alarm
 import memprobe._peak
 import memprobe._pytest_report
 import memprobe.leaks
-import memprobe.probes.memray
+import memprobe.probes.memray  # noqa: F401
 
 pytest_plugins = ["pytester"]
 
