@@ -58,7 +58,12 @@ def _parser() -> argparse.ArgumentParser:
         "RLlib adapter; .jsonl.gz too) per process: start/end/peak/growth, leak verdicts, "
         "top suspects.",
     )
-    rep.add_argument("files", nargs="+", metavar="run.jsonl")
+    rep.add_argument("files", nargs="*", metavar="run.jsonl")
+    rep.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                     help="read every node's memprobe JSONL through Ray's state API "
+                     "(ADDRESS: host:6379 or auto; default: the local cluster)")
+    rep.add_argument("--max-file-mib", type=float, default=256, metavar="MIB",
+                     help="with --ray, the MiB read of each file at most (default: 256)")
     rep.add_argument("--plot", metavar="OUT.png", help="draw memory over time (needs matplotlib)")
     rep.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page")
 
@@ -124,6 +129,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ._render_text import render as render_text
     from ._runs import load_runs, summarize_all
 
+    if args.ray is not None:
+        from ._cli_ray import cmd_report_ray
+
+        return cmd_report_ray(args, cmd_report)
+    if not args.files:
+        raise CliError("give the JSONL files to report on, or --ray")
     outputs = [(opt, path) for opt, path in (("--plot", args.plot), ("--html", args.html))
                if path]
     check_outputs(outputs, [("input", f) for f in args.files])

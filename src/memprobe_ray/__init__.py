@@ -12,22 +12,36 @@ Needs ``ray[default]`` (``pip install "memprobe[ray]"``): without it Ray's
 metrics agent exports nothing. Importing this package needs only memprobe.
 """
 
+from ._logs import (
+    LOG_FOLDER,
+    FetchedFile,
+    FetchedJsonl,
+    fetch_jsonl,
+    report,
+    session_jsonl_dir,
+)
 from ._names import PromMetric, prom_metric
 from ._sink import RayMetricsSink, RayMetricsUnavailable, require_ray_metrics
 from ._worker import Tee, probed, ray_identity, setup, setup_hook, start_sampler, stop_sampler
 from .dashboard import dashboard_json, write_dashboard
 
 __all__ = [
+    "LOG_FOLDER",
+    "FetchedFile",
+    "FetchedJsonl",
     "PromMetric",
     "RayMetricsSink",
     "RayMetricsUnavailable",
     "Tee",
     "dashboard_json",
+    "fetch_jsonl",
     "probed",
     "prom_metric",
     "ray_identity",
+    "report",
     "require_ray_metrics",
     "rllib_sink",
+    "session_jsonl_dir",
     "setup",
     "setup_hook",
     "start_sampler",
