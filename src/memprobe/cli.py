@@ -67,6 +67,21 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--plot", metavar="OUT.png", help="draw memory over time (needs matplotlib)")
     rep.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page")
 
+    top = sub.add_parser(
+        "top", help="a live table of every process from JSONL as it grows",
+        description="Follow JSONL files (and directories of them, and memprobe run's output "
+        "while it runs) and show every process: rss, growth rate, leak verdict and culprit, "
+        "an rss sparkline; fastest-growing first, redrawn every --interval seconds until q. "
+        "On a pipe, or with --once, one snapshot.")
+    top.add_argument("paths", nargs="*", metavar="DIR|FILE")
+    top.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                     help="follow every node's memprobe JSONL through Ray's state API")
+    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                     help="seconds between refreshes, >= 0.2 (default: 2)")
+    top.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    top.add_argument("--plain", action="store_true", help="plain text even where rich is "
+                     "installed")
+
     pr = sub.add_parser("probes", help="list installed probes, their metrics and measured cost",
                         description="List the installed probes (built-in and entry points) "
                         "with their metric keys, units and cost per sample on this machine.")
@@ -95,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "top":
+            from ._top_view import cmd_top
+
+            return cmd_top(args)
         if args.command == "grafana-dashboard":
             return cmd_grafana_dashboard(args)
         return cmd_probes(args)

@@ -142,20 +142,11 @@ def fetch_jsonl(dest: str | os.PathLike[str], address: str | None = None, *,
     :param on_file: called with ``(i, n, node id/name)`` before each file is copied.
     :raises ConnectionError: the state API (the head's dashboard) cannot be reached.
     """
-    import ray
-    from ray.util.state import get_log, list_logs, list_nodes
+    from ray.util.state import get_log, list_logs
 
     if max_file_bytes < 1:
         raise ValueError(f"max_file_bytes must be >= 1, got {max_file_bytes!r}")
-    if address is None and ray.is_initialized():
-        address = ray.get_runtime_context().gcs_address
-    try:
-        nodes = list_nodes(address=address, limit=10_000, timeout=TIMEOUT_SECONDS,
-                           raise_on_missing_output=False)
-    except Exception as exc:
-        raise ConnectionError(f"Ray's state API at {address or 'the local cluster'} did not "
-                              f"answer (it needs the dashboard on the head node): "
-                              f"{_why(exc)}") from None
+    address, nodes = _nodes(address)
     result = FetchedJsonl()
     alive = {n.node_id for n in nodes if n.state == "ALIVE"}
     listed: dict[str, list[str]] = {}  # file name -> the nodes that list it
@@ -192,6 +183,79 @@ def fetch_jsonl(dest: str | os.PathLike[str], address: str | None = None, *,
             result.files.append(FetchedFile(node_id, name, local, size, cut))
             break
     return result
+
+
+@dataclass
+class Tails:
+    """The last lines of every node's files (:func:`read_tails`)."""
+
+    #: ``(node id, file name, bytes)`` of each file.
+    files: list[tuple[str, str, bytes]] = field(default_factory=list)
+    unreachable: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _nodes(address: str | None) -> tuple[str | None, list[Any]]:
+    import ray
+    from ray.util.state import list_nodes
+
+    if address is None and ray.is_initialized():
+        address = ray.get_runtime_context().gcs_address
+    try:
+        return address, list(list_nodes(address=address, limit=10_000, timeout=TIMEOUT_SECONDS,
+                                        raise_on_missing_output=False))
+    except Exception as exc:
+        raise ConnectionError(f"Ray's state API at {address or 'the local cluster'} did not "
+                              f"answer (it needs the dashboard on the head node): "
+                              f"{_why(exc)}") from None
+
+
+def read_tails(address: str | None = None, *, lines: int = 240,
+               max_file_bytes: int = 4 * 2**20,
+               glob: str = f"{LOG_FOLDER}/**/*.jsonl") -> Tails:
+    """The last ``lines`` lines (at most ``max_file_bytes``) of every node's memprobe JSONL.
+
+    What ``memprobe top --ray`` reads at each refresh: Ray's state API serves
+    the end of a file by lines, not from an offset, so a reader that follows
+    files asks for the last lines again and skips the samples it has seen.
+    Files are read one at a time. Nodes that do not answer are listed.
+
+    :raises ConnectionError: the state API cannot be reached.
+    """
+    from ray.util.state import get_log, list_logs
+
+    address, nodes = _nodes(address)
+    out = Tails()
+    seen: set[str] = set()
+    for n in sorted(nodes, key=lambda n: n.node_id):
+        if n.state != "ALIVE":
+            continue
+        try:
+            groups = list_logs(address=address, node_id=n.node_id, glob_filter=glob,
+                               timeout=TIMEOUT_SECONDS)
+        except Exception as exc:
+            out.unreachable.append((n.node_id, _why(exc)))
+            continue
+        for name in sorted(x for names in groups.values() for x in names):
+            if name.endswith("/") or name in seen:
+                continue
+            seen.add(name)  # nodes sharing a log directory list the same file
+            data = bytearray()
+            try:
+                stream = get_log(address=address, node_id=n.node_id, filename=name,
+                                 tail=lines, encoding=None, timeout=TIMEOUT_SECONDS)
+                try:
+                    for chunk in stream:
+                        data += chunk
+                        if len(data) > max_file_bytes:
+                            break
+                finally:
+                    stream.close()
+            except Exception as exc:
+                out.unreachable.append((n.node_id, f"{name}: {_why(exc)}"))
+                continue
+            owner = _owner(name) or n.node_id
+            out.files.append((owner, name, bytes(data[-max_file_bytes:])))
+    return out
 
 
 def report(address: str | None = None, options: Sequence[str] = ()) -> int:
