@@ -7,6 +7,12 @@ judged again on that window (:func:`memprobe.analyze_samples`): the verdict, the
 culprit it names (a tracemalloc site or an object type, with those probes),
 the growth rate of rss (a least-squares slope over the window, bytes per
 second) and a sparkline of rss. Rows are sorted by growth rate, fastest first.
+
+The verdict is what costs (some 10 ms a process with tracemalloc sites: 0.5 s
+of CPU for 50 processes), so a process is judged again at most every
+:data:`JUDGE_SECONDS`, and a refresh spends at most :data:`JUDGE_BUDGET_SECONDS`
+of CPU on verdicts (the oldest first; the rest at the next refreshes). Its rss,
+rate and sparkline follow every refresh.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,6 +36,10 @@ __all__ = ["WINDOW", "Board", "Row", "sparkline"]
 
 #: Samples kept and judged per process.
 WINDOW = 240
+#: Seconds between two verdicts on one process.
+JUDGE_SECONDS = 5.0
+#: CPU seconds a refresh spends on verdicts (at least one verdict is given).
+JUDGE_BUDGET_SECONDS = 0.15
 #: Points of the rss sparkline.
 SPARK_POINTS = 24
 _BARS = "▁▂▃▄▅▆▇█"
@@ -56,6 +67,7 @@ class Row:
     samples: deque[Sample] = field(default_factory=lambda: deque(maxlen=WINDOW))
     last_time: float = float("-inf")
     changed: bool = True
+    judged_at: float = float("-inf")
     rss_bytes: float | None = None
     rate_bytes_per_second: float = 0.0
     verdict: str = "-"
@@ -74,8 +86,10 @@ class Row:
         text = role + (f" {name}" if name else "")
         return text + (f"[{index}]" if index not in (None, "") else "")
 
-    def judge(self) -> None:
-        """Growth rate, verdict and culprit from the window (only when it changed)."""
+    def judge(self, now: float, verdict: bool = True) -> None:
+        """Growth rate from the window when it changed; with ``verdict``, the verdict
+        and culprit too when the last is :data:`JUDGE_SECONDS` old (``now``: monotonic
+        seconds)."""
         if not self.changed or not self.samples:
             return
         self.changed = False
@@ -91,6 +105,10 @@ class Row:
         if len(set(ts)) >= 2:
             self.rate_bytes_per_second = statistics.linear_regression(
                 ts, [p[1] for p in points]).slope
+        if not verdict or now - self.judged_at < JUDGE_SECONDS:
+            self.changed = True  # judged at a later refresh
+            return
+        self.judged_at = now
         try:
             report = analyze_samples(list(self.samples), prefix=prefix)
         except Exception as exc:  # a hostile file shows as such, never stops the view
@@ -152,8 +170,12 @@ class Board:
         row.samples.append(sample)
         row.changed = True
 
-    def refresh(self) -> list[Row]:
+    def refresh(self, now: float | None = None) -> list[Row]:
         """Judge the processes that changed; every row, fastest-growing first."""
-        for row in self.rows.values():
-            row.judge()
+        now = time.monotonic() if now is None else now
+        end = time.process_time() + JUDGE_BUDGET_SECONDS
+        first = True
+        for row in sorted(self.rows.values(), key=lambda r: r.judged_at):
+            row.judge(now, first or time.process_time() < end)
+            first = False
         return sorted(self.rows.values(), key=lambda r: -r.rate_bytes_per_second)

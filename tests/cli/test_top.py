@@ -149,3 +149,21 @@ def test_the_leaking_process_rises_to_the_top_in_a_real_terminal(tmp_path: Path,
         for p in runs:
             p.kill()
             p.wait()
+
+
+def test_verdicts_are_spread_over_refreshes_within_their_budget(monkeypatch) -> None:
+    import memprobe._top as top
+
+    monkeypatch.setattr(top, "JUDGE_BUDGET_SECONDS", 0.0)  # one verdict per refresh
+    board = Board()
+    for pid in range(3):
+        for i in range(50):
+            board.feed(_line(i, pid, 1e6 + pid * i * 1e5, role="main"))
+    board.refresh(now=100.0)
+    assert sum(r.verdict != "-" for r in board.rows.values()) == 1
+    assert all(r.rss_bytes is not None for r in board.rows.values())  # rss follows anyway
+    board.refresh(now=101.0)
+    board.refresh(now=102.0)
+    assert all(r.verdict != "-" for r in board.rows.values())
+    first = board.refresh(now=103.0)[0]
+    assert first.pid == 2 and first.verdict.startswith("LEAK")

@@ -119,3 +119,17 @@ def test_no_state_api_is_one_clear_error(tmp_path):
     assert r.returncode == 2
     assert "memprobe: error: " in r.stderr and "state API" in r.stderr, r.stderr
     assert json.dumps(r.stdout) == '""'
+
+
+def test_top_on_a_pipe_shows_every_nodes_processes(ray_cluster):
+    actor, pid, node = _leaking_actor_on("second", "hoarder-top")
+    try:
+        _wait_lines(ray_cluster.jsonl_dir / node / f"memprobe-{pid}.jsonl", 3)
+        r = subprocess.run([sys.executable, "-m", "memprobe", "top", "--ray",
+                            ray_cluster.cluster.address], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        row = next(x for x in r.stdout.splitlines() if "Hoarder[hoarder-top]" in x)
+        assert row.split()[2] == node[:8] and str(pid) in row, r.stdout
+    finally:
+        ray.kill(actor)
