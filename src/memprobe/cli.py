@@ -1,5 +1,5 @@
-"""The ``memprobe`` command: ``run`` a program under probing, ``report`` on it, list ``probes``,
-write the ``grafana-dashboard`` for Ray clusters.
+"""The ``memprobe`` command: ``run`` a program under probing, ``report`` on it, watch it
+live with ``top``, list ``probes``, write the ``grafana-dashboard`` for Ray clusters.
 
 A thin layer: reading and summarizing runs is :mod:`memprobe._runs`, the
 formats are ``_render_text``, ``_render_html`` and ``_render_png``, running a
