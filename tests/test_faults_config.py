@@ -183,7 +183,7 @@ CALLBACK_CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"diagnose": "yes"}, "diagnose", "must be a bool, got 'yes'"),
     ({"diagnose": True, "probes": ["gc"]}, "diagnose", "give either diagnose=True or probes="),
     ({"site_keys": 1}, "site_keys", "must be a bool, got 1"),
-    ({"jsonl": 3}, "jsonl", "must be a path or None, got 3"),
+    ({"jsonl": 3}, "jsonl", "must be a path, True or None, got 3"),
     ({"probes": ["proces"]}, "probes", "did you mean 'process'?"),
     ({"probes": 42}, "probes", "must be a list of names or a mapping"),
     ({"probes": {"process": 3}}, "probes.process", "options must be a mapping, got 3"),

@@ -84,6 +84,7 @@ __all__ = [
     "JsonlReadError",
     "JsonlRecord",
     "iter_records",
+    "parse_line",
     "read_samples",
 ]
 
@@ -369,3 +370,12 @@ def read_samples(path: str | os.PathLike[str]) -> list[Sample]:
     :raises JsonlReadError: see :func:`iter_records`.
     """
     return [r.sample for r in iter_records(path)]
+
+
+def parse_line(line: bytes) -> tuple[Sample, dict[str, Any]]:
+    """One line's sample and tags (for readers that follow a file as it grows).
+
+    :raises ValueError: the line is not a sample (any other exception from
+        a hostile line, such as ``RecursionError``, propagates as well).
+    """
+    return _parse(line)

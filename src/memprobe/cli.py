@@ -1,5 +1,5 @@
-"""The ``memprobe`` command: ``run`` a program under probing, ``report`` on it, list ``probes``,
-write the ``grafana-dashboard`` for Ray clusters.
+"""The ``memprobe`` command: ``run`` a program under probing, ``report`` on it, watch it
+live with ``top``, list ``probes``, write the ``grafana-dashboard`` for Ray clusters.
 
 A thin layer: reading and summarizing runs is :mod:`memprobe._runs`, the
 formats are ``_render_text``, ``_render_html`` and ``_render_png``, running a
@@ -71,13 +71,33 @@ def _parser() -> argparse.ArgumentParser:
         "RLlib adapter; .jsonl.gz too) per process: start/end/peak/growth, leak verdicts, "
         "top suspects.",
     )
-    rep.add_argument("files", nargs="+", metavar="run.jsonl")
+    rep.add_argument("files", nargs="*", metavar="run.jsonl")
+    rep.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                     help="read every node's memprobe JSONL through Ray's state API "
+                     "(ADDRESS: host:6379 or auto; default: the local cluster)")
+    rep.add_argument("--max-file-mib", type=float, default=256, metavar="MIB",
+                     help="with --ray, the MiB read of each file at most (default: 256)")
     rep.add_argument("--plot", metavar="OUT.png", help="draw memory over time (needs matplotlib)")
     rep.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML page")
     rep.add_argument("--json", action="store_true",
                      help="print one JSON document (schema in docs/cli.md) instead of the text")
     rep.add_argument("--fail-on-leak", action="store_true",
                      help=f"exit with status {EXIT_LEAK} when a process leaks (for CI)")
+
+    top = sub.add_parser(
+        "top", help="a live table of every process from JSONL as it grows",
+        description="Follow JSONL files (and directories of them, and memprobe run's output "
+        "while it runs) and show every process: rss, growth rate, leak verdict and culprit, "
+        "an rss sparkline; fastest-growing first, redrawn every --interval seconds until q. "
+        "On a pipe, or with --once, one snapshot.")
+    top.add_argument("paths", nargs="*", metavar="DIR|FILE")
+    top.add_argument("--ray", nargs="?", const="", metavar="ADDRESS",
+                     help="follow every node's memprobe JSONL through Ray's state API")
+    top.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                     help="seconds between refreshes, >= 0.2 (default: 2)")
+    top.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    top.add_argument("--plain", action="store_true", help="plain text even where rich is "
+                     "installed")
 
     pr = sub.add_parser("probes", help="list installed probes, their metrics and measured cost",
                         description="List the installed probes (built-in and entry points) "
@@ -108,6 +128,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         if args.command == "report":
             return cmd_report(args)
+        if args.command == "top":
+            from ._top_view import cmd_top
+
+            return cmd_top(args)
         if args.command == "grafana-dashboard":
             return cmd_grafana_dashboard(args)
         return cmd_probes(args)
@@ -142,6 +166,12 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ._render_text import render as render_text
     from ._runs import declarations, load_runs, summarize_all
 
+    if args.ray is not None:
+        from ._cli_ray import cmd_report_ray
+
+        return cmd_report_ray(args, cmd_report)
+    if not args.files:
+        raise CliError("give the JSONL files to report on, or --ray")
     outputs = [(opt, path) for opt, path in (("--plot", args.plot), ("--html", args.html))
                if path]
     check_outputs(outputs, [("input", f) for f in args.files])

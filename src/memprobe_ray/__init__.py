@@ -17,6 +17,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ._logs import (
+        LOG_FOLDER,
+        FetchedFile,
+        FetchedJsonl,
+        Tails,
+        fetch_jsonl,
+        read_tails,
+        report,
+        session_jsonl_dir,
+    )
     from ._names import PromMetric, prom_metric
     from ._sink import RayMetricsSink, RayMetricsUnavailable, require_ray_metrics
     from ._worker import (
@@ -34,6 +44,14 @@ if TYPE_CHECKING:
 # ``ray_metrics`` sink's registration) in every process that makes a Prober, and
 # that must not import the sink and the worker hook unless one is asked for.
 _LAZY = {
+    "LOG_FOLDER": "._logs",
+    "FetchedFile": "._logs",
+    "FetchedJsonl": "._logs",
+    "Tails": "._logs",
+    "fetch_jsonl": "._logs",
+    "read_tails": "._logs",
+    "report": "._logs",
+    "session_jsonl_dir": "._logs",
     "PromMetric": "._names",
     "prom_metric": "._names",
     "RayMetricsSink": "._sink",
@@ -66,16 +84,24 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 __all__ = [
+    "LOG_FOLDER",
+    "FetchedFile",
+    "FetchedJsonl",
     "PromMetric",
     "RayMetricsSink",
     "RayMetricsUnavailable",
+    "Tails",
     "Tee",
     "dashboard_json",
+    "fetch_jsonl",
     "probed",
     "prom_metric",
     "ray_identity",
+    "read_tails",
+    "report",
     "require_ray_metrics",
     "rllib_sink",
+    "session_jsonl_dir",
     "setup",
     "setup_hook",
     "start_sampler",

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import memprobe
 
+from ._logs import session_jsonl_dir
 from ._sink import RayMetricsSink
 
 F = TypeVar("F")
@@ -44,7 +45,7 @@ DEFAULTS: Mapping[str, Any] = {
     "history": 360,
     "max_sites": 5,
     "leak_options": None,
-    "jsonl": None,
+    "jsonl": True,
 }
 #: The longest a sampler leaves its gauges unrecorded (Ray's default report interval
 #: is 10 s, and its agent drops a gauge not recorded for two of them).
@@ -176,8 +177,12 @@ class _Sampler(threading.Thread):
         o = self.options
         self.sink = RayMetricsSink(role=role, name=name, index=index, max_sites=o["max_sites"])
         sink: Any = self.sink
-        if o["jsonl"]:
-            jsonl = memprobe.JsonlSink(o["jsonl"], tags={**self.sink.tags})
+        path = o["jsonl"]
+        if path is True:  # the default: where Ray serves it (memprobe report --ray)
+            where = session_jsonl_dir()
+            path = os.path.join(where, "memprobe-{pid}.jsonl") if where else None
+        if path:
+            jsonl = memprobe.JsonlSink(path, tags={**self.sink.tags})
             sink = Tee(self.sink, jsonl)
         self.prober = memprobe.Prober(
             o["probes"], history=o["history"], sink=sink, on_leak=self._on_leak,
@@ -263,9 +268,11 @@ def start_sampler(**options: Any) -> bool:
         ``history``, ``max_sites``; the leak alarm's ``leak_check_every``,
         ``leak_confirmations``, ``capture_on_leak`` and ``leak_options`` for
         :func:`memprobe.analyze_samples` such as ``thresholds``, as
-        :class:`memprobe.Prober` takes them; ``jsonl``, a
-        path with ``{pid}`` on each node for a JSONL file per process as well,
-        its lines tagged ``role``, ``name``, ``index``, ``node``), and ``identity``, a
+        :class:`memprobe.Prober` takes them; ``jsonl``: a JSONL file per process
+        as well, its lines tagged ``role``, ``name``, ``index``, ``node``; ``True``
+        (the default) for ``<session logs>/memprobe/<node id>/memprobe-<pid>.jsonl``,
+        which ``memprobe report --ray`` reads from every node, a path with ``{pid}``
+        on each node, or ``None`` for none), and ``identity``, a
         callable returning ``(role, name, index)`` or ``None`` while not yet known.
     :raises memprobe_ray.RayMetricsUnavailable: ray[default] is not installed.
     """

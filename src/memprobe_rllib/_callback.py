@@ -51,6 +51,30 @@ def _plugin_manager(plugins: Iterable[str], load_entrypoints: bool) -> Any:
     return pm
 
 
+def _jsonl_template(jsonl: str | bool | None) -> str | None:
+    """The path option's template; ``True``: this node's session log directory (``None``
+    where that is unknown, outside a connected Ray process: then no JSONL)."""
+    if jsonl is None or jsonl is False:
+        return None
+    if jsonl is True:
+        try:
+            from memprobe_ray import session_jsonl_dir
+        except ImportError:
+            return None
+        return session_jsonl_dir()
+    return jsonl
+
+
+def _node_id() -> str:
+    """The Ray node id of this process, ``""`` outside Ray."""
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
+    except Exception:
+        return ""
+
+
 def jsonl_path(template: str, role: str, index: int | str) -> str:
     """The JSONL path for one process. ``template`` ending in ``.jsonl`` is a file
     template (``{role}``, ``{index}``, ``{pid}`` are replaced); anything else is a
@@ -109,11 +133,15 @@ class ProcessProber:
         tag_index = None if role == "driver" else index
         self.leak = LeakState(prefix, role, tag_index, step_name)
         path = None
-        if sink and options.jsonl is not None:
+        where = _jsonl_template(options.jsonl) if sink else None
+        if where is not None:
             tags: dict[str, Any] = {"role": role}
             if role != "driver":
                 tags[role] = index
-            path = memprobe.JsonlSink(jsonl_path(options.jsonl, role, index), tags=tags)
+            node = _node_id()
+            if node:
+                tags["node"] = node
+            path = memprobe.JsonlSink(jsonl_path(where, role, index), tags=tags)
         alarm: dict[str, Any] = {}
         if options.leak_check_every is not None:
             alarm = {"on_leak": self.leak.on_leak, "leak_check_every": options.leak_check_every,

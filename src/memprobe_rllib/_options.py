@@ -106,7 +106,9 @@ class CallbackOptions:
     :ivar load_entrypoints: load third-party probes from entry points.
     :ivar plugins: importable module names registered as memprobe plugins in every process.
     :ivar jsonl: also write JSONL per process: a directory, or a path ending in
-        ``.jsonl`` with ``{role}``, ``{index}``, ``{pid}``.
+        ``.jsonl`` with ``{role}``, ``{index}``, ``{pid}``; ``True`` for each node's
+        Ray session log directory (``<session logs>/memprobe/<node id>/``), which
+        ``memprobe report --ray`` reads from every node.
     :ivar trigger: ``"episode"`` or ``"sample"`` (see :data:`TRIGGERS`).
     :ivar env_runners: probe in the EnvRunners.
     :ivar driver: probe the Algorithm's process in ``on_train_result``.
@@ -134,7 +136,7 @@ class CallbackOptions:
     site_keys: bool = False
     load_entrypoints: bool = True
     plugins: tuple[str, ...] = ()
-    jsonl: str | None = None
+    jsonl: str | bool | None = None
     trigger: str = "episode"
     env_runners: bool = True
     driver: bool = True
@@ -163,9 +165,11 @@ class CallbackOptions:
             _check_int("leak_check_every", self.leak_check_every, 1)
         _check_int("leak_confirmations", self.leak_confirmations, 1)
         _check_int("history", self.history, 1)
-        if self.jsonl is not None:
+        if self.jsonl is False:
+            object.__setattr__(self, "jsonl", None)
+        if self.jsonl is not None and self.jsonl is not True:
             if not isinstance(self.jsonl, (str, os.PathLike)):
-                raise ConfigError("jsonl", f"must be a path or None, got {show(self.jsonl)}")
+                raise ConfigError("jsonl", f"must be a path, True or None, got {show(self.jsonl)}")
             object.__setattr__(self, "jsonl", os.path.abspath(os.fspath(self.jsonl)))
         if self.leak_options is not None and not isinstance(self.leak_options, Mapping):
             raise ConfigError("leak_options", f"must be a mapping, got {show(self.leak_options)}")

@@ -109,6 +109,7 @@ class RayCluster:
 
     def __init__(self, cluster: Any, head_id: str, worker_id: str, ports: list[int],
                  jsonl_dir: Path) -> None:
+        #: The nodes' memprobe folder of the session log directory (one per node under it).
         self.cluster = cluster
         self.jsonl_dir = jsonl_dir
         self.head_id = head_id
@@ -118,7 +119,8 @@ class RayCluster:
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    """Two Ray nodes on this machine; every worker runs memprobe_ray's setup hook (1 s)."""
+    """Two Ray nodes on this machine, with the dashboard (Ray's state API); every worker runs
+    memprobe_ray's setup hook (0.5 s), writing its default JSONL."""
     pytest.importorskip("ray")
     memprobe_ray = pytest.importorskip("memprobe_ray")
     try:
@@ -132,24 +134,26 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
     os.environ["RAY_metrics_report_interval_ms"] = str(SCRAPE_SECONDS * 1000)
     ports = [free_port(), free_port()]
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 4, "metrics_export_port": ports[0], "include_dashboard": False,
+        "num_cpus": 4, "metrics_export_port": ports[0], "include_dashboard": True,
+        "dashboard_port": free_port(),
         "resources": {"head": 1},
     })
     worker = cluster.add_node(num_cpus=4, metrics_export_port=ports[1],
                               resources={"second": 1})
     path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
-    jsonl_dir = tmp_path_factory.mktemp("jsonl")
     ray.init(address=cluster.address, log_to_driver=False, runtime_env={
         "env_vars": {"PYTHONPATH": path},
         "worker_process_setup_hook": memprobe_ray.setup_hook(
             interval_seconds=0.5, leak_check_every=10, history=120,
-            jsonl=str(jsonl_dir / "memprobe-{pid}.jsonl"),
             # A young Ray worker's rss grows by some 10 kB a step for its first
             # minute; the leaking test actor grows 1 MB a step.
             leak_options={"thresholds": {"process/rss_bytes": 100_000}}),
     })
     cluster.wait_for_nodes()
     head_id = cluster.head_node.node_id
+    # The setup hook's default JSONL: <session logs>/memprobe/<node id>/memprobe-<pid>.jsonl
+    # (the nodes of this one-machine cluster share the session directory).
+    jsonl_dir = Path(cluster.head_node.get_logs_dir_path()) / memprobe_ray.LOG_FOLDER
     try:
         yield RayCluster(cluster, head_id, worker.node_id, ports, jsonl_dir)
     finally:

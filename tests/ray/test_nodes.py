@@ -65,7 +65,7 @@ def test_node_tags_and_a_restarted_actor_resumes_without_stale_series(ray_cluste
 
 def test_the_node_local_jsonl_files_of_both_nodes_make_one_report(ray_cluster):
     """Runs after the test above: the setup hook also wrote one JSONL file per process."""
-    files = sorted(ray_cluster.jsonl_dir.glob("memprobe-*.jsonl"))
+    files = sorted(ray_cluster.jsonl_dir.glob("*/memprobe-*.jsonl"))
     nodes = set()
     for f in files:
         first = json.loads(f.read_text().splitlines()[0])

@@ -61,7 +61,7 @@ def test_probed_remote_actor_and_task_are_sampled_and_tagged(ray_cluster, promet
         assert first["values"]["memprobe/process/rss_bytes"] > 0, first
         # The setup hook stayed off there: no JSONL of its own for those processes.
         for pid in (actor_pid, task_pid):
-            assert not (ray_cluster.jsonl_dir / f"memprobe-{pid}.jsonl").exists()
+            assert not list(ray_cluster.jsonl_dir.glob(f"*/memprobe-{pid}.jsonl"))
         found = prometheus.wait_for(
             'last_over_time(ray_memprobe_process_rss_bytes{name=~"ProbedActor|probed_task"}[5m])',
             lambda r: {m["metric"]["name"] for m in r} == {"ProbedActor", "probed_task"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import re
 
@@ -205,3 +206,23 @@ def test_ray_metrics_without_ray_default_is_one_clear_error():
     assert lines[0].startswith("ray_metrics: ") and 'pip install "memprobe[ray]"' in lines[0]
     with pytest.raises(memprobe.ConfigError, match="ray_metrics"):
         MemoryProbeCallback.configure(ray_metrics="yes")
+
+
+def test_jsonl_true_writes_in_each_nodes_session_log_directory(ray_session):
+    """``jsonl=True``: where ``memprobe report --ray`` reads, each line tagged with its node."""
+    memprobe_ray = pytest.importorskip("memprobe_ray")
+    ray = ray_session
+    node = ray.get_runtime_context().get_node_id()
+    folder = memprobe_ray.session_jsonl_dir()
+    assert folder is not None and folder.endswith(f"/{memprobe_ray.LOG_FOLDER}/{node}")
+    cls = MemoryProbeCallback.configure(jsonl=True)
+    before = set(glob.glob(f"{folder}/memprobe-*.jsonl"))
+    train(ppo_config(1, cls), iterations=1)
+    new = sorted(set(glob.glob(f"{folder}/memprobe-*.jsonl")) - before)
+    roles = set()
+    for path in new:
+        with open(path) as f:
+            first = json.loads(f.readline())
+        assert first["node"] == node, first
+        roles.add(first["role"])
+    assert {"driver", "env_runner"} <= roles, new
