@@ -98,6 +98,11 @@ KEPT = []
 @pytest.mark.memprobe_leak_check(repeats=40, max_growth_bytes=5000)
 def test_slow_numpy_leak():
     KEPT.append(np.ones(32))  # about 350 B per call: 12 KB judged, under the 16 KiB floor
+"""
+
+WARMUP_EATS_ALL = """
+import pytest
+KEPT = []
 
 @pytest.mark.memprobe_leak_check(repeats=30, warmup=30, max_growth_bytes=0)
 def test_warmup_eats_every_call():
@@ -110,8 +115,14 @@ def test_the_marker_honours_its_tolerance_and_names_the_users_line(
     pytest.importorskip("numpy")
     pytester.makepyfile(MARKED)
     result = pytester.runpytest("-p", "no:cacheprovider")
-    outcomes = result.parseoutcomes()
-    assert outcomes.get("failed", 0) + outcomes.get("error", 0) == 2, result.stdout.str()
+    result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "test_the_marker_honours_its_tolerance_and_names_the_users_line.py:7 → numpy/" in out
-    assert "calls to judge" in out  # the warm-up refused, with the reason
+
+
+def test_the_marker_refuses_a_warmup_that_eats_every_call(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(WARMUP_EATS_ALL)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_warmup_eats_every_call: memprobe_leak_check: warmup: "
+                                 "must be below repeats (30), got 30*"])

@@ -389,7 +389,7 @@ def test_async_tests_are_refused_by_name_never_skipped_silently(
                                  "cannot be looped by memprobe*"])
     pytester.makepyfile(test_a="async def test_async():\n    pass\n\n"
                                "def test_sync():\n    pass\n")
-    out = pytester.runpytest("-p", "no:cacheprovider", "--memprobe-leaks=5",
+    out = pytester.runpytest("-p", "no:cacheprovider", "--memprobe-leaks=10",
                              "-W", "ignore").stdout.str()
     summary = out.split("= memprobe =")[1]
     assert "1 test(s) judged, 0 leaking, 1 not judged" in summary
