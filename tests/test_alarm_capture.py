@@ -152,7 +152,8 @@ def test_alarm_on_a_leaking_type_names_who_holds_it(tmp_path, capsys):
     path = tmp_path / "run.jsonl"
     out = subprocess.run([sys.executable, "-c", f"import leaky_app; leaky_app.main({str(path)!r})"],
                          cwd=tmp_path, capture_output=True, text=True, check=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])})
     result = json.loads(out.stdout.strip().splitlines()[-1])
     chain = "leaky_app.Session <- list[0] <- module leaky_app global 'SESSIONS'"
     assert any(kind == "objects" and "leaky_app.Session" in culprits

@@ -31,7 +31,7 @@ class Overhead:
         if self._t_first:
             self._probe_seconds += t1 - t0
 
-    def finish(self, values: dict[str, Number], t0: float, t3: float) -> None:
+    def add_values(self, values: dict[str, Number], t0: float, t3: float) -> None:
         """Add ``overhead/sample_seconds`` (the sample took ``t0`` to ``t3``) and, once the
         window is long enough, ``overhead/fraction``."""
         values[self._key_sample_seconds] = t3 - t0

@@ -367,7 +367,7 @@ class Prober:
                 step: int | None) -> dict[str, Number]:
         """The end of a sample: the overhead metrics, the history, the sinks and
         ``memprobe_sample_end`` hooks, the leak alarm."""
-        self._overhead.finish(values, t0, _perf_counter())
+        self._overhead.add_values(values, t0, _perf_counter())
         checks = self._alarm_checks
         if checks is not None:
             checks.add_check_retained(values)
