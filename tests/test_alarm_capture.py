@@ -129,7 +129,7 @@ def main(path):
         for step in range(300):
             SESSIONS.extend(Session(i) for i in range(100))
             prober.sample(step)
-            if prober.alarm.culprits is not None:
+            if fired and prober.alarm.culprits is not None:
                 break
     print(json.dumps({
         "fired": [[v.key, v.kind, list(v.culprits)] for v in fired],

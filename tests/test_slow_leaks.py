@@ -4,34 +4,50 @@ the alarm's false-alarm rate does not depend on how often it checks."""
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 
 import pytest
 
 import memprobe
 
 
+REPRO_2 = """
+import json
+import memprobe
+
+ballast = [bytearray(1 << 20) for _ in range(200)]
+for b in ballast:
+    b[::4096] = b"\\1" * len(b[::4096])  # touched: resident
+kept = []
+alarms = []
+with memprobe.Prober(probes=["process", "gc"], history=200, on_leak=alarms.append) as prober:
+    for i in range(3000):
+        kept.append(bytearray(5 * 1024))
+        prober.sample(step=i)
+    rss = prober.report().get("process/rss_bytes")
+print(json.dumps({"alarms": [v.metric for v in alarms], "status": rss.status,
+                  "slope": rss.slope_per_step, "span_points": rss.span_points,
+                  "hours_to_oom": rss.hours_to_oom, "describe": rss.describe()}))
+"""
+
+
 def test_a_process_holding_hundreds_of_mib_keeping_5_kib_per_sample_alarms() -> None:
     """Issue 28, repro 2: a process holding 200 MiB keeps 5 KiB per sample, with
     ``history=200``. rss grows in allocator steps (most samples see no growth, then a
-    step of ~230 KiB); the alarm fires and the report says leak near 5,120 B/sample."""
-    ballast = [bytearray(1 << 20) for _ in range(200)]
-    for b in ballast:
-        b[::4096] = b"\1" * len(b[::4096])  # touched: resident
-    kept = []
-    alarms: list[memprobe.Verdict] = []
-    with memprobe.Prober(probes=["process", "gc"], history=200, on_leak=alarms.append) as prober:
-        for i in range(3000):
-            kept.append(bytearray(5 * 1024))
-            prober.sample(step=i)
-        report = prober.report()
-    assert "process/rss_bytes" in [v.metric for v in alarms]
-    rss = report.get("process/rss_bytes")
-    assert rss.status == "leak", rss.describe()
-    assert 0.8 * 5120 < rss.slope_per_step < 1.25 * 5120, rss.describe()
-    assert rss.span_points > 200 and "over the last" in rss.describe()
-    assert rss.hours_to_oom is not None and rss.hours_to_oom > 0
-    del ballast
+    step of ~230 KiB); the alarm fires and the report says leak near 5,120 B/sample.
+    A fresh interpreter: in a test process that freed memory before, the kept blocks
+    would reuse it and rss would not grow at all."""
+    out = subprocess.run([sys.executable, "-c", REPRO_2], capture_output=True, text=True,
+                         check=True, timeout=300)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "process/rss_bytes" in r["alarms"], r
+    assert r["status"] == "leak", r["describe"]
+    assert 0.8 * 5120 < r["slope"] < 1.25 * 5120, r["describe"]
+    assert r["span_points"] > 200 and "over the last" in r["describe"]
+    assert r["hours_to_oom"] is not None and r["hours_to_oom"] > 0
 
 
 def test_a_large_growth_then_flat_grew_then_stopped_never_slight() -> None:
