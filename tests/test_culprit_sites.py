@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 
 import memprobe
+
+
+#: These tests judge this process's rss: its allocations must fault in new pages.
+pytestmark = pytest.mark.usefixtures("fresh_heap")
 from memprobe import ConfigError
 
 PROGRAMS = {

@@ -11,6 +11,10 @@ import pytest
 
 import memprobe
 
+
+#: These tests judge this process's rss: its allocations must fault in new pages.
+pytestmark = pytest.mark.usefixtures("fresh_heap")
+
 pytest.importorskip("memray")
 
 PROBES = {"process": {}, "gc": {},
@@ -64,3 +68,26 @@ def test_memray_site_puts_the_users_line_before_the_library_line(tmp_path: Path)
     assert any(s.split("/", 1)[-1].startswith("np_user.py:4--numpy/") for s in native), native
     python = [s for s, _, _ in culprits.python_sites]
     assert any("np_user.py:4--numpy/" in s for s in python), python
+
+
+def test_process_and_memray_alone_name_the_c_function(leaklib, tmp_path: Path) -> None:
+    """``--probes process,memray``: memray's sites feed the verdict; no advice to add
+    tracemalloc."""
+    path = tmp_path / "memray_only.jsonl"
+    kept = []
+    probes = {"process": {}, "memray": {"window_steps": 1, "period_steps": 5,
+                                        "native_traces": True}}
+    with memprobe.Prober(probes, load_entrypoints=False,
+                         sink=memprobe.JsonlSink(path)) as prober:
+        for i in range(120):
+            kept.append(leaklib.leaky_alloc(64 * 1024))
+            prober.sample(step=i)
+        report = prober.report()
+    for p in kept:
+        leaklib.release(p)
+    rss = report.get("process/rss_bytes")
+    assert rss is not None and rss.kind == "native", str(report)
+    assert rss.culprits[0].endswith(" → leaky_alloc"), rss.culprits
+    out = subprocess.run([sys.executable, "-m", "memprobe", "report", str(path)],
+                         capture_output=True, text=True, timeout=120).stdout
+    assert "→ leaky_alloc" in out and "rerun with --probes" not in out, out
