@@ -4,10 +4,8 @@ user keeps (numpy, the json and pickle decoders, a stdlib factory)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
