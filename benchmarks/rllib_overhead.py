@@ -73,11 +73,12 @@ def steps_per_second(runner: Any, steps: int) -> float:
     return float(ray.get(runner.steps_per_second.remote(steps)))
 
 
-def _one_frame_diagnose() -> dict[str, Any]:
+def _frames_diagnose(nframe: int) -> dict[str, Any]:
+    """diagnose's probes, tracing ``nframe`` frames in its windows."""
     from memprobe_rllib._options import DIAGNOSE_PROBES
 
     probes = {k: dict(v) for k, v in DIAGNOSE_PROBES.items()}
-    probes["tracemalloc"].update(nframe=1, group_by="lineno")
+    probes["tracemalloc"].update(nframe=nframe, group_by="lineno" if nframe == 1 else "user")
     return probes
 
 
@@ -100,7 +101,9 @@ def variants() -> dict[str, Configure]:
         # diagnose's probes with one frame traced per window (the allocating line alone):
         # what the user's line above a library's costs in the windows (16 frames).
         "diagnose_1frame": lambda c: c.callbacks(MemoryProbeCallback.configure(
-            probes=_one_frame_diagnose(), budget=_diagnose_budget())),
+            probes=_frames_diagnose(1), budget=_diagnose_budget())),
+        "diagnose_2frames": lambda c: c.callbacks(MemoryProbeCallback.configure(
+            probes=_frames_diagnose(2), budget=_diagnose_budget())),
         # All four probes at every episode end, tracing always on: the cost diagnose avoids.
         "all_four": lambda c: c.callbacks(MemoryProbeCallback.configure(
             probes=["process", "gc", "tracemalloc", "objects"])),

@@ -5,6 +5,7 @@ freed, called through ctypes from a helper module."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -31,23 +32,32 @@ WINDOWED = {"process": {}, "gc": {},
             "tracemalloc": {"window_steps": 1, "period_steps": 5, "top": 10}}
 
 
-def _run(tmp_path: Path, name: str, files: dict[str, str]) -> tuple[memprobe.Report, Path]:
+RUNNER = """
+import json, sys
+import memprobe
+mod = __import__(sys.argv[1])
+probes = {probes!r}
+with memprobe.Prober(probes, load_entrypoints=False,
+                     sink=memprobe.JsonlSink(sys.argv[2])) as prober:
+    for i in range(150):
+        mod.step()
+        prober.sample(step=i)
+    v = prober.report().get("process/rss_bytes")
+print(json.dumps({{"status": v.status, "kind": v.kind, "culprits": list(v.culprits),
+                  "note": v.note}}))
+"""
+
+
+def _run(tmp_path: Path, name: str, files: dict[str, str]) -> tuple[dict, Path]:
+    """Run the program in a fresh interpreter (its rss is its own); the rss verdict."""
     for fname, src in files.items():
         (tmp_path / fname).write_text(src)
-    sys.path.insert(0, str(tmp_path))
+    (tmp_path / "runner.py").write_text(RUNNER.format(probes=WINDOWED))
     path = tmp_path / f"{name}.jsonl"
-    try:
-        mod = __import__(name)
-        with memprobe.Prober(WINDOWED, load_entrypoints=False,
-                             sink=memprobe.JsonlSink(path)) as prober:
-            for i in range(150):
-                mod.step()
-                prober.sample(step=i)
-            return prober.report(), path
-    finally:
-        sys.path.remove(str(tmp_path))
-        for m in (name, "nativehelper"):
-            sys.modules.pop(m, None)
+    out = subprocess.run([sys.executable, "runner.py", name, str(path)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1]), path
 
 
 def _report_text(path: Path) -> str:
@@ -59,22 +69,18 @@ def _report_text(path: Path) -> str:
 
 def test_windowed_numpy_leak_is_python_at_the_users_line(tmp_path: Path) -> None:
     pytest.importorskip("numpy")
-    report, path = _run(tmp_path, "win_numpy", {"win_numpy.py": NUMPY_USER})
-    rss = report.get("process/rss_bytes")
-    assert rss is not None and rss.leaking
-    assert rss.kind == "python", rss.describe()
-    assert rss.culprits[0].split("/", 1)[1].startswith("win_numpy.py:4 → numpy/"), rss.culprits
-    assert "tracemalloc windows" in rss.note  # what the kind rests on
+    rss, path = _run(tmp_path, "win_numpy", {"win_numpy.py": NUMPY_USER})
+    assert rss["status"] == "leak" and rss["kind"] == "python", rss
+    assert rss["culprits"][0].startswith("win_numpy.py:4 → numpy/"), rss
+    assert "tracemalloc windows" in rss["note"]  # what the kind rests on
     text = _report_text(path)
     assert "native memory" not in text
     assert "win_numpy.py:4 → numpy/" in text, text
 
 
 def test_windowed_native_leak_is_native_with_the_way_to_its_stack(tmp_path: Path) -> None:
-    report, path = _run(tmp_path, "win_native",
-                        {"win_native.py": NATIVE_USER, "nativehelper.py": NATIVE_HELPER})
-    rss = report.get("process/rss_bytes")
-    assert rss is not None and rss.leaking
-    assert rss.kind == "native", rss.describe()
-    assert "tracemalloc windows" in rss.note and "native_traces" in rss.note, rss.note
+    rss, path = _run(tmp_path, "win_native",
+                     {"win_native.py": NATIVE_USER, "nativehelper.py": NATIVE_HELPER})
+    assert rss["status"] == "leak" and rss["kind"] == "native", rss
+    assert "tracemalloc windows" in rss["note"] and "native_traces" in rss["note"], rss
     assert "native_traces" in _report_text(path)

@@ -208,4 +208,7 @@ def classify(
     if py is not None:
         return _native(metric, rate, windows, "rss grew but tracemalloc's traced bytes did not "
                        f"({py.slope_per_step:+.4g}/step)")
+    native = next((e for e in windows if e.probe == "memray"), None)
+    if native is not None and native.explains(rate):
+        return _native(metric, rate, windows, "")  # what memray's windows saw kept
     return None, (), "add the tracemalloc, objects or malloc probe to tell which kind of memory"

@@ -36,7 +36,7 @@ from .metrics import PROBER_METRICS, Metric, as_metric, lookup
 #: Samples a verdict needs (the ``min_points`` of :func:`memprobe.analyze`).
 MIN_SAMPLES = inspect.signature(analyze).parameters["min_points"].default
 #: The probes that name a leak's source line or type.
-NAMING_PROBES = ("tracemalloc", "objects")
+NAMING_PROBES = ("tracemalloc", "objects", "memray")
 
 
 @dataclass

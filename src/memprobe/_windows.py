@@ -21,7 +21,6 @@ import functools
 import importlib.util
 import statistics
 import sysconfig
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -51,7 +50,7 @@ def is_window_site(short: str) -> bool:
             and metric.endswith("/size_bytes"))
 
 
-Series = Mapping[str, tuple["array[float]", "array[float]", "array[float]"]]
+Series = Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]
 
 
 @functools.lru_cache(maxsize=512)

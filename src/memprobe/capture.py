@@ -32,7 +32,7 @@ from ._sitestats import MEMPROBE_PACKAGES, Stats, default_filters, site_stats
 from .keys import shorten_path
 from .probes.memray import MemrayWindow, NativeSite, _memray
 from .probes.objects import type_name
-from .probes.tracemalloc import WINDOW_NFRAME, acquire_tracing, growth, release_tracing
+from .probes.tracemalloc import CAPTURE_NFRAME, acquire_tracing, growth, release_tracing
 from .referrers import Chain, referrer_chains
 
 
@@ -207,7 +207,7 @@ class CulpritCapture:
             self._types = _type_counts()
         already = tracemalloc.is_tracing()
         # Enough frames to name the user's line above a library's (only for the window).
-        acquire_tracing(WINDOW_NFRAME)
+        acquire_tracing(CAPTURE_NFRAME)
         self._tracing = True
         if tracemalloc.get_traceback_limit() < 2:
             self._notes.append(

@@ -22,10 +22,9 @@ tracemalloc's bytes outside memprobe (``tracemalloc/filtered_bytes``) and its
 allocation sites, and the objects probe. The heap that exists before the check
 is frozen (``gc.freeze()``), so the collection before each sample and the
 objects probe see only what the component allocates. A component is a suspect
-when a judged bytes metric grows significantly by more than ``max_growth_bytes``
-over the repeats judged, whatever the floor for "growing slightly" (counts: any
-growth); its suspects are the growing sites (the user's line first:
-``my_env.py:26 → numpy/_core/numeric.py:232``) and types.
+when a judged metric grows faster than ``max_growth_bytes`` spread over the
+repeats (counts: any growth); its suspects are the growing sites
+(``file.py:line``) and types.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprobe import ConfigError, MemprobeError
-from memprobe.leaks import Report, check_growth_bytes, check_leaks, judge_tolerance
+from memprobe.leaks import Report, check_growth_bytes, check_leaks
 
 from ._options import show
 
@@ -332,9 +331,8 @@ def check_rllib_leaks(
 
 def _check(component: str, fn: Callable[[], None], repeats: int, warmup: int,
            max_growth_bytes: float, probes: Mapping[str, Any]) -> ComponentCheck:
-    # Significant growth over max_growth_bytes fails, whatever the floor for "slight"
-    # (memprobe.leaks.judge_tolerance); counts tolerate none.
-    thresholds = dict.fromkeys(JUDGED, 0.0)
+    per_call = max_growth_bytes / max(1, repeats - warmup)
+    thresholds = {m: (per_call if m.endswith("_bytes") else 0.0) for m in JUDGED}
 
     def call() -> None:
         try:
@@ -349,6 +347,5 @@ def _check(component: str, fn: Callable[[], None], repeats: int, warmup: int,
                              thresholds=thresholds)
     finally:
         gc.unfreeze()
-    report = judge_tolerance(report, JUDGED, max_growth_bytes)
     grew = tuple(m for m in JUDGED if (v := report.get(m)) is not None and v.leak)
     return ComponentCheck(component, _CALLS[component], repeats, report, grew)

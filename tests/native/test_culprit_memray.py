@@ -18,30 +18,48 @@ PROBES = {"process": {}, "gc": {},
           "memray": {"window_steps": 1, "period_steps": 5, "native_traces": True}}
 
 
-def test_native_leak_verdict_names_the_c_function_memray_saw(leaklib, tmp_path: Path) -> None:
+RUNNER = """
+import ctypes, json, sys
+import memprobe
+lib = ctypes.CDLL(sys.argv[1])
+lib.leaky_alloc.restype = ctypes.c_void_p
+lib.leaky_alloc.argtypes = [ctypes.c_size_t]
+probes = json.loads(sys.argv[3])
+kept = []
+with memprobe.Prober(probes, load_entrypoints=False,
+                     sink=memprobe.JsonlSink(sys.argv[2])) as prober:
+    for i in range(120):
+        kept.append(lib.leaky_alloc(64 * 1024))  # the user's line
+        prober.sample(step=i)
+    v = prober.report().get("process/rss_bytes")
+print(json.dumps({"kind": v.kind, "culprits": list(v.culprits), "note": v.note}))
+"""
+
+
+def _run(leaklib, tmp_path: Path, probes: dict) -> tuple[dict, str]:
+    """The program in a fresh interpreter (its rss is its own): the rss verdict, and
+    ``memprobe report`` on its JSONL."""
+    import json
+
+    (tmp_path / "runner.py").write_text(RUNNER)
     path = tmp_path / "native.jsonl"
-    kept = []
+    out = subprocess.run([sys.executable, "runner.py", leaklib._name, str(path),
+                          json.dumps(probes)], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = subprocess.run([sys.executable, "-m", "memprobe", "report", str(path)],
+                            capture_output=True, text=True, timeout=120).stdout
+    return json.loads(out.stdout.strip().splitlines()[-1]), report
 
-    def step() -> None:
-        kept.append(leaklib.leaky_alloc(64 * 1024))  # the user's line
 
-    with memprobe.Prober(PROBES, load_entrypoints=False,
-                         sink=memprobe.JsonlSink(path)) as prober:
-        for i in range(120):
-            step()
-            prober.sample(step=i)
-        report = prober.report()
-    for p in kept:
-        leaklib.release(p)
-    rss = report.get("process/rss_bytes")
-    assert rss is not None and rss.leaking and rss.kind == "native", str(report)
-    assert rss.culprits and "test_culprit_memray.py:" in rss.culprits[0]
-    assert rss.culprits[0].endswith(" → leaky_alloc"), rss.culprits
-    assert "memray windows" in rss.note
-    out = subprocess.run([sys.executable, "-m", "memprobe", "report", str(path)],
-                         capture_output=True, text=True, timeout=120)
-    assert "→ leaky_alloc" in out.stdout, out.stdout
-    assert "--probes process,gc,tracemalloc" not in out.stdout  # no advice to add tracemalloc
+def test_native_leak_verdict_names_the_c_function_memray_saw(leaklib, tmp_path: Path) -> None:
+    rss, out = _run(leaklib, tmp_path, PROBES)
+    assert rss["kind"] == "native", rss
+    assert rss["culprits"] and rss["culprits"][0].startswith("runner.py:12"), rss
+    assert rss["culprits"][0].endswith(" → leaky_alloc"), rss
+    assert "memray windows" in rss["note"]
+    assert "→ leaky_alloc" in out, out
+    assert "--probes process,gc,tracemalloc" not in out  # no advice to add tracemalloc
 
 
 def test_memray_site_puts_the_users_line_before_the_library_line(tmp_path: Path) -> None:
@@ -64,3 +82,14 @@ def test_memray_site_puts_the_users_line_before_the_library_line(tmp_path: Path)
     assert any(s.split("/", 1)[-1].startswith("np_user.py:4--numpy/") for s in native), native
     python = [s for s, _, _ in culprits.python_sites]
     assert any("np_user.py:4--numpy/" in s for s in python), python
+
+
+def test_process_and_memray_alone_name_the_c_function(leaklib, tmp_path: Path) -> None:
+    """``--probes process,memray``: memray's sites feed the verdict; no advice to add
+    tracemalloc."""
+    probes = {"process": {}, "memray": {"window_steps": 1, "period_steps": 5,
+                                        "native_traces": True}}
+    rss, out = _run(leaklib, tmp_path, probes)
+    assert rss["kind"] == "native", rss
+    assert rss["culprits"][0].endswith(" → leaky_alloc"), rss
+    assert "→ leaky_alloc" in out and "rerun with --probes" not in out, out

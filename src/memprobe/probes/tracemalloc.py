@@ -19,12 +19,13 @@ from .._tracing import (
 from ..hookspecs import hookimpl
 from ..metrics import Metric
 
-#: Frames traced by default with ``group_by="user"`` when tracing runs all the time:
-#: enough for ``json.loads`` (three frames of the json package) under the user's line,
-#: about twice the cost of one frame (docs/leaks.md, benchmarks/culprit_frames.py).
-CONTINUOUS_NFRAME = 4
-#: Frames traced by default in windows (a window traces one sample in ``period_steps``).
-WINDOW_NFRAME = 16
+#: Frames the probe traces by default with ``group_by="user"``, all the time or in
+#: windows: enough for ``json.loads`` (three frames of the json package) or a numpy or
+#: torch factory (one) under the user's line, at about twice the cost of one frame on
+#: allocation-bound code and 1.35x on torch (docs/leaks.md, benchmarks/culprit_frames.py).
+DEFAULT_NFRAME = 4
+#: Frames traced by the alarm's capture and the leak checks: open a few seconds, once.
+CAPTURE_NFRAME = 16
 
 
 class TracemallocProbe:
@@ -44,9 +45,8 @@ class TracemallocProbe:
     Sites are named where the user can act (``group_by="user"``, the default):
     the user's own line, then the library line that allocated
     (``app.py:12--numpy/_core/numeric.py:232``). That needs the frames between
-    them: ``nframe`` is :data:`CONTINUOUS_NFRAME` by default when tracing runs
-    all the time (each traced frame costs on every allocation; measured in
-    docs/leaks.md) and :data:`WINDOW_NFRAME` in windows.
+    them: ``nframe`` is :data:`DEFAULT_NFRAME` by default (each traced frame costs
+    on every allocation; measured in docs/leaks.md).
     """
 
     metrics = {
@@ -124,8 +124,7 @@ class TracemallocProbe:
         self._calls = 0
         self.top = top
         if nframe is None:
-            nframe = 1 if group_by != "user" else (
-                CONTINUOUS_NFRAME if window_steps is None else WINDOW_NFRAME)
+            nframe = DEFAULT_NFRAME if group_by == "user" else 1
         self.nframe = nframe
         self.group_by = group_by
         self.exclude = tuple(exclude)
