@@ -27,7 +27,7 @@ __all__ = ["PROG", "CliError", "main"]
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=PROG, description="Memory probes for Python programs: run, report, list probes."
+        prog=PROG, description="Memory probes for Python programs: run, report, top, list probes."
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
