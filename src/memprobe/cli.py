@@ -37,7 +37,7 @@ MAX_REPEAT = 10_000
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=PROG, description="Memory probes for Python programs: run, report, list probes."
+        prog=PROG, description="Memory probes for Python programs: run, report, top, list probes."
     )
     import memprobe
 

@@ -133,7 +133,8 @@ def fetch_jsonl(dest: str | os.PathLike[str], address: str | None = None, *,
                 on_file: Callable[[int, int, str], None] | None = None) -> FetchedJsonl:
     """Copy every node's memprobe JSONL into ``dest``, through Ray's state API.
 
-    :param dest: an existing directory; each file becomes ``dest/<i>-<name>``.
+    :param dest: an existing directory; each file is copied to ``dest/<name>``
+        (``dest/memprobe/<node id>/memprobe-<pid>.jsonl``).
     :param address: the cluster (``"auto"``, ``"host:6379"``); default: the
         cluster this process is connected to, else the local one.
     :param max_file_bytes: the bytes copied of one file at most (its start);
@@ -170,7 +171,9 @@ def fetch_jsonl(dest: str | os.PathLike[str], address: str | None = None, *,
         order = sorted(servers, key=lambda s: s != owner)  # its own node first
         if on_file is not None:
             on_file(i, len(plan), f"{owner or order[0]}/{name}")
-        local = os.path.join(os.fspath(dest), f"{i:05d}-{os.path.basename(name)}")
+        parts = [p for p in name.split("/") if p not in ("", ".", "..")]
+        local = os.path.join(os.fspath(dest), *parts)  # the node's layout, node id included
+        os.makedirs(os.path.dirname(local), exist_ok=True)
         for node_id in order:
             try:
                 size, cut = _copy(get_log, address, node_id, name, local, max_file_bytes)

@@ -133,3 +133,11 @@ def test_top_on_a_pipe_shows_every_nodes_processes(ray_cluster):
         assert row.split()[2] == node[:8] and str(pid) in row, r.stdout
     finally:
         ray.kill(actor)
+
+
+def test_each_file_is_cut_at_the_cap_and_says_so(ray_cluster):
+    """The files the tests above left (each over 10 KiB): read 10 KiB of each."""
+    r = _report("--ray", ray_cluster.cluster.address, "--max-file-mib", "0.01")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "read its first 0.01 MiB only (--max-file-mib)" in r.stderr, r.stderr
+    assert "index=hoarder-second" in r.stdout
