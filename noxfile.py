@@ -28,7 +28,7 @@ def tests(session: nox.Session) -> None:
     Ray for all), and tests/ray (its own multi-node Ray cluster and a real
     Prometheus). ``--durations=15`` shows where each run's time goes.
     """
-    _install(session, "test,rllib,plot,native,ray")
+    _install(session, "test,rllib,plot,native,ray,top")
     session.install(*CONSTRAINTS, EXAMPLE_PLUGIN)
     if session.posargs:
         session.run("pytest", *session.posargs)

@@ -29,11 +29,12 @@ def test_clean_cartpole_has_no_suspects() -> None:
         assert isinstance(check, ComponentCheck) and check.component == name
         assert check.grew == () and check.repeats == 20
         # Each component was really measured: the judged series are there, none leaking
-        # ("levelled": an allocator step that stopped growing, as a warm-up does).
+        # ("levelled": an allocator step that stopped growing, as a warm-up does;
+        # "growing slightly": a few allocator pages over 15 calls, under the floor).
         for metric in ("tracemalloc/filtered_bytes", "process/rss_bytes", "objects/total_count"):
             v = check.report.get(metric)
-            assert v is not None and v.status in ("ok", "levelled") and v.n_points == 15, (
-                name, v)
+            assert v is not None and v.status in ("ok", "levelled", "slight"), (name, v)
+            assert v.n_points == 15, (name, v)
     assert "no leak" in str(result)
 
 
