@@ -86,6 +86,6 @@ def duration_words(seconds: float) -> str:
 def scale_words(span_points: int, span_seconds: float | None, step: str) -> str:
     """The scale a verdict rests on: ``over the last 3 h 10 min (12,288 samples)``."""
     points = f"{span_points:,} {step}s"
-    if span_seconds:
+    if span_seconds and span_seconds >= 1:
         return f"over the last {duration_words(span_seconds)} ({points})"
     return f"over the last {points}"
