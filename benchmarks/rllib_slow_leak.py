@@ -21,8 +21,10 @@ import sys
 import tempfile
 import warnings
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "rllib"))
+#: The test envs (tests/rllib/memprobe_test_leaky_env.py), importable by the EnvRunners.
+ENVS = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                     "rllib"))
+sys.path.insert(0, ENVS)
 
 
 def run(kib: int, iterations: int, stop_at_alarm: bool = False) -> dict:
@@ -77,9 +79,10 @@ def main() -> None:
     args = ap.parse_args()
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(sys.path[:1] + [
-                 os.environ.get("PYTHONPATH", "")])}})
+    path = os.pathsep.join(p for p in (ENVS, os.environ.get("PYTHONPATH")) if p)
+    # address="local": a new instance, never a cluster another program left running.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
     print("| leak (KiB/episode) | first live alarm (iteration) | live rss rate (MiB/h) "
           "| hours_to_oom | memprobe report on the EnvRunner's JSONL |")
     print("|---|---|---|---|---|")

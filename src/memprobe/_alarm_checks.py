@@ -114,12 +114,12 @@ class AlarmChecks:
     def _check_leaks(self, alarm: LeakAlarm) -> None:
         """The leak alarm's check: never raises into the caller's loop.
 
-        Sites and types are judged only when a metric leaks. The resident size
-        is read before and after the judging: what it takes and the allocator does
-        not give back (its temporaries fragment the heap, more as the history
-        grows) is memprobe's. The total goes into the next sample as
-        ``overhead/check_retained_bytes``, which verdicts subtract from the
-        resident size like memprobe's other own memory.
+        Sites and types are judged only when a metric leaks. The memory in use
+        (:func:`memprobe._alarm.check_memory_bytes`) is read before and after the
+        judging: what it keeps is memprobe's. The total goes into the next sample
+        as ``overhead/check_retained_bytes``, which verdicts subtract from the
+        resident size like memprobe's other own memory, with the check's forecast
+        (``leak/hours_to_oom``).
 
         What the alarm does once a metric alarms (its ``on_leak``, the capture it
         opens) is not in that span: a capture's walk of the heap is a one-off high

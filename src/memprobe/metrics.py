@@ -75,8 +75,9 @@ PROBER_METRICS: Mapping[str, Mapping[str, Metric]] = {
         "fraction": Metric("probe time over wall time since the first sample, once that "
                             "window is 1 s long", "fraction"),
         "check_retained_bytes": Metric(
-            "resident memory the leak alarm's checks took and did not give back (allocator "
-            "fragmentation), since start: memprobe's, judged apart from the user's", "bytes"),
+            "memory the leak alarm's checks kept (malloc's bytes in use across each "
+            "check, where glibc gives them; else the resident size), since start: "
+            "memprobe's, judged apart from the user's", "bytes"),
     },
     "errors": {"<name>": Metric("failures of a probe or plugin since start", "count", "counter")},
     "timeouts": {"<probe>": Metric("samples over the probe's time limit", "count", "counter")},

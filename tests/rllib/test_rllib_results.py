@@ -158,6 +158,7 @@ def test_an_alarm_is_lowered_only_after_twice_as_many_healthy_checks_as_raised_i
     prober = Prober(probes=["process"], on_leak=leak.on_leak, leak_confirmations=2,
                     capture_on_leak=False)
     leak.prober = prober
+    prober.alarm.evidence_samples = 1  # each check below follows one new sample
     key = "memprobe/process/rss_bytes"
 
     def check(status):
@@ -214,6 +215,7 @@ def test_an_alarm_holds_while_a_jump_keeps_the_level_ahead_of_the_leaks_pace():
     prober = Prober(probes=["level"], plugin_manager=pm, on_leak=leak.on_leak,
                     leak_confirmations=2, capture_on_leak=False, leak_check_every=100_000)
     leak.prober = prober
+    prober.alarm.evidence_samples = 1  # each check below follows one new sample
     key = "memprobe/level/value_bytes"
     per_hour = 3600.0 * 2**20  # the alarm's pace: 1 MiB per second
 
