@@ -21,8 +21,8 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from field_accuracy import PROGRAMS  # noqa: E402
-from interleaved import time_rows  # noqa: E402
+from field_accuracy import PROGRAMS
+from interleaved import time_rows
 
 NFRAMES = (0, 1, 4, 8, 16)
 

@@ -28,11 +28,11 @@ sys.path.insert(0, ENVS)
 
 
 def run(kib: int, iterations: int, stop_at_alarm: bool = False) -> dict:
-    import memprobe
-    from memprobe_rllib import MemoryProbeCallback
+    from memprobe_test_leaky_env import EpisodeLeakCartPole
     from ray.rllib.algorithms.ppo import PPOConfig
 
-    from memprobe_test_leaky_env import EpisodeLeakCartPole
+    import memprobe
+    from memprobe_rllib import MemoryProbeCallback
 
     logdir = tempfile.mkdtemp(prefix=f"slowleak{kib}_")
     cls = MemoryProbeCallback.configure(jsonl=logdir)

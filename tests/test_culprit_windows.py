@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import memprobe
-
 NUMPY_USER = "import numpy as np\nKEPT = []\ndef step():\n    KEPT.append(np.ones(4096))\n"
 NATIVE_HELPER = """\
 import ctypes, ctypes.util

@@ -109,7 +109,7 @@ def test_prober_drops_one_sample_and_goes_on(tmp_path: Path, kept: str, reuse: b
     victim.write_text("1 2 3 4 5 6 7\n")
     prober = memprobe.Prober(probes=["process"])
     prober.sample()
-    probe = next(sp.probe for sp in prober._probes)  # noqa: SLF001
+    probe = next(sp.probe for sp in prober._probes)
     fd = getattr(probe, kept)
     os.close(fd)
     new = os.open(victim, os.O_RDONLY)

@@ -42,3 +42,16 @@ def test_a_key_moves_from_one_prefix_to_another():
 ])
 def test_site_name_reads_the_name_inside_a_section(metric, sections, name):
     assert keys.site_name(metric, sections) == name
+
+
+def test_library_sites_are_told_from_the_users_own_code() -> None:
+    from memprobe.keys import is_library_site
+
+    for site in ("collections/__init__.py:690", "numpy/_core/numeric.py:232",
+                 "numpy/_core/numeric.py:232--app.py:12", "<frozen importlib._bootstrap>:241",
+                 "json/decoder.py:353 → app.py:4"):
+        assert is_library_site(site), site
+    # Code without a file is the user's: python -c, standard input, notebook cells.
+    for site in ("app.py:12", "<string>:3", "<stdin>:1", "<ipython-input-3-5f1c>:2",
+                 "app.py:12--numpy/_core/numeric.py:232"):
+        assert not is_library_site(site), site

@@ -13,7 +13,6 @@ import pytest
 
 import memprobe
 
-
 REPRO_2 = """
 import json
 import memprobe

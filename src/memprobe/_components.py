@@ -23,6 +23,7 @@ from ._sinks import JsonlSink, Sink
 from .keys import PROBER_SECTIONS, make_key, split_key
 from .metrics import PROBER_METRICS, Metric, default_metric, lookup
 
+
 def build_probes(
     spec: dict[str, dict[str, Any]], registry: dict[str, ProbeInfo], *,
     every: int, interval_seconds: float, time_limit: float | None,

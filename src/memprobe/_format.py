@@ -135,7 +135,7 @@ def parse_size(value: object, option: str) -> int:
         raise bad()
     if number > MAX_SIZE:
         raise bad(f" up to {MAX_SIZE} bytes")
-    return int(round(number))
+    return round(number)
 
 
 def format_value(v: float, unit: str, signed: bool = False) -> str:

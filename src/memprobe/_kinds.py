@@ -13,8 +13,8 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from ._windows import WindowEvidence, is_library_site
-from .keys import format_culprit
+from ._windows import WindowEvidence
+from .keys import format_culprit, is_library_site
 
 __all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
 
@@ -184,7 +184,7 @@ def classify(
     if _grows(py, 0.1 * rate):
         return _python(sites, types)
     if traced is not None and traced.explains(rate):
-        kind, culprits, note = _python(
+        kind, culprits, _ = _python(
             (*(format_culprit(s) for s, _ in traced.sites), *sites), types)
         return kind, culprits, f"{KINDS[kind].split(':')[0]}; {traced.describe(rate)}"
     if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):

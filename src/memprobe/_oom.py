@@ -62,7 +62,7 @@ def cgroup_headroom(root: Path = _CGROUP_ROOT, proc_cgroup: Path = Path("/proc/s
         return None
     best: Headroom | None = None
     for line in lines:
-        _id, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        _id, controllers, path = [*line.split(":", 2), "", ""][:3]
         rel = path.lstrip("/")
         if controllers == "":  # cgroup v2: walk up from the process's cgroup
             d = root / rel

@@ -10,7 +10,7 @@ from typing import Any
 from . import keys
 from ._render_text import HEADER, heading, phase_header, phase_rows, rows, totals
 from ._runs import RunSummary
-from ._windows import is_library_site
+from .keys import is_library_site
 
 _STYLE = (
     "body{font-family:sans-serif;max-width:1100px;margin:2em auto}"

@@ -70,7 +70,7 @@ def _median(v: Sequence[float]) -> float:
 
 def duration_words(seconds: float) -> str:
     """``3 h 10 min``, ``12 min``, ``41 s``, ``2 d 4 h``."""
-    s = int(round(seconds))
+    s = round(seconds)
     if s < 60:
         return f"{s} s"
     m, _ = divmod(s, 60)

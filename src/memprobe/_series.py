@@ -10,7 +10,6 @@ from . import _kinds, _windows
 from ._sample import Sample
 from .keys import make_key, short_key, site_name, split_key
 
-
 #: The forecast a live leak check records in the next sample (:meth:`LeakAlarm.check_values`).
 FORECAST = "leak/hours_to_oom"
 

@@ -24,8 +24,8 @@ reads as the slope they make.
 from __future__ import annotations
 
 from array import array
-from typing import Any
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from ._sample import Sample
 from ._series import sample_series
@@ -106,7 +106,7 @@ class _Pending:
 class TieredSeries:
     """One metric's points at every scale (see the module docstring)."""
 
-    __slots__ = ("count", "raw", "_pending", "pushes", "tiers", "verdicts")
+    __slots__ = ("_pending", "count", "pushes", "raw", "tiers", "verdicts")
 
     def __init__(self) -> None:
         self.count = 0  # points fed

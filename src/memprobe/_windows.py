@@ -17,16 +17,13 @@ gathers; :func:`memprobe._kinds.classify` judges the kind from it.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import statistics
-import sysconfig
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .keys import site_name
+from .keys import is_library_site, site_name
 
-__all__ = ["WINDOW_KEYS", "WindowEvidence", "is_library_site", "is_window_site", "window_evidence"]
+__all__ = ["WINDOW_KEYS", "WindowEvidence", "is_window_site", "window_evidence"]
 
 #: Closed windows read (the latest): a site counts when it survives half of them.
 _WINDOWS = 5
@@ -51,26 +48,6 @@ def is_window_site(short: str) -> bool:
 
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]
-
-
-@functools.lru_cache(maxsize=512)
-def is_library_site(site: str) -> bool:
-    """Whether a site key's first frame (``numpy/_core/numeric.py:232``,
-    ``json/decoder.py:353``) is in the standard library or an installed package,
-    not the user's own code (``app.py:12``, ``string:3``)."""
-    head = site.split("--", 1)[0].split("/", 1)[0].split(":", 1)[0]
-    if head.startswith("frozen"):
-        return True
-    name = head[:-3] if head.endswith(".py") else head
-    try:
-        spec = importlib.util.find_spec(name) if name.isidentifier() else None
-    except (ImportError, ValueError):
-        spec = None
-    origin = getattr(spec, "origin", None) or ""
-    if spec is not None and origin in ("built-in", "frozen"):
-        return True
-    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
-    return bool(origin) and any(origin.startswith(r) for r in roots)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ takes them apart; nothing else slices keys by hand.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import re
 import sys
@@ -180,3 +181,23 @@ def format_culprit(site: str) -> str:
 def format_site(filename: str, lineno: int) -> str:
     """``package/file.py:line`` for an allocation site."""
     return f"{shorten_path(filename)}:{lineno}"
+
+
+@functools.lru_cache(maxsize=512)
+def is_library_site(site: str) -> bool:
+    """Whether a site's first frame (``numpy/_core/numeric.py:232``, ``json/decoder.py:353``,
+    in a site key or a culprit chain) is in the standard library or an installed package,
+    not the user's own code (``app.py:12``, ``<string>:3``, ``<ipython-input-1-…>:2``)."""
+    head = site.split("--", 1)[0].split(" → ", 1)[0].split("/", 1)[0].split(":", 1)[0]
+    if head.startswith(("frozen", "<frozen")):
+        return True
+    name = head[:-3] if head.endswith(".py") else head
+    try:
+        spec = importlib.util.find_spec(name) if name.isidentifier() else None
+    except (ImportError, ValueError):
+        spec = None
+    origin = getattr(spec, "origin", None) or ""
+    if spec is not None and origin in ("built-in", "frozen"):
+        return True
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    return bool(origin) and any(origin.startswith(r) for r in roots)

@@ -198,8 +198,9 @@ class Tails:
 
 
 def _nodes(address: str | None) -> tuple[str | None, list[Any]]:
-    import ray
     from ray.util.state import list_nodes
+
+    import ray
 
     if address is None and ray.is_initialized():
         address = ray.get_runtime_context().gcs_address

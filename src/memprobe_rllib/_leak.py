@@ -27,10 +27,7 @@ with the latest verdict:
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import statistics
-import sysconfig
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,32 +81,13 @@ def survivor_sites(history: Sequence[Any], prefix: str,
     return sorted((r for r in ranked if r[1] > 0), key=lambda r: -r[1])
 
 
-@functools.lru_cache(maxsize=512)
-def is_library_site(site: str) -> bool:
-    """Whether a site (``ray/rllib/x.py:12``, ``collections/__init__.py:690``) is in the
-    standard library or an installed package rather than the user's own code."""
-    head = site.split("/", 1)[0].split(":", 1)[0]
-    if head.startswith("<") or head.startswith("frozen"):
-        return True
-    name = head[:-3] if head.endswith(".py") else head
-    try:
-        spec = importlib.util.find_spec(name) if name.isidentifier() else None
-    except (ImportError, ValueError):
-        spec = None
-    origin = getattr(spec, "origin", None) or ""
-    if spec is not None and origin in ("built-in", "frozen"):
-        return True
-    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
-    return bool(origin) and any(origin.startswith(r) for r in roots)
-
-
 def is_library_type(name: str) -> bool:
     """Whether a type name (``dict``, ``collections.Counter``, ``ray.rllib.x.Episode``)
     is a builtin's or comes from the standard library or an installed package."""
     module = name.rsplit(".", 1)[0] if "." in name else ""
     if module == "__main__":  # the user's script, whatever runs it
         return False
-    return not module or is_library_site(module.split(".", 1)[0] + ".py")
+    return not module or mkeys.is_library_site(module.split(".", 1)[0] + ".py")
 
 
 def _is_site(name: str) -> bool:
@@ -119,7 +97,8 @@ def _is_site(name: str) -> bool:
 
 def user_survivor_sites(history: Sequence[Any], prefix: str) -> list[tuple[str, float]]:
     """:func:`survivor_sites` in the user's own code (not the stdlib's or a package's)."""
-    return [(site, b) for site, b in survivor_sites(history, prefix) if not is_library_site(site)]
+    return [(site, b) for site, b in survivor_sites(history, prefix)
+            if not mkeys.is_library_site(site)]
 
 
 def growing_types(history: Sequence[Any], prefix: str) -> list[str]:
@@ -300,7 +279,7 @@ class LeakState:
                 # Culprits the alarm's capture named (first in the verdict that opened it):
                 # lines and types, which say nothing of an fd or a native leak.
                 rate = float(v.rate_per_hour or 0.0)
-                names = [n for n in v.culprits if not (_is_site(n) and is_library_site(n))]
+                names = [n for n in v.culprits if not (_is_site(n) and mkeys.is_library_site(n))]
                 if self.culprits:  # a builtin or library type says little beside a named one
                     names = [n for n in names if _is_site(n) or not is_library_type(n)]
                 if v.kind == "objects":  # the retained type first, then the lines

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-import memprobe
-
 pytest.importorskip("memray")
 
 PROBES = {"process": {}, "gc": {},

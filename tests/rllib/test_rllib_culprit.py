@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("ray.rllib")
 
-from memprobe_rllib import MemoryProbeCallback
-
 from test_rllib_live import ppo, run
+
+from memprobe_rllib import MemoryProbeCallback
 
 pytestmark = pytest.mark.rllib
 

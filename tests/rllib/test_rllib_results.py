@@ -108,7 +108,7 @@ def test_the_leak_keys_are_the_same_before_and_after_an_alarm_except_the_culprit
 
 
 def test_library_sites_are_told_from_the_users():
-    from memprobe_rllib._leak import is_library_site
+    from memprobe.keys import is_library_site
 
     for site in ("collections/__init__.py:690", "ray/rllib/utils/spaces/space_utils.py:399",
                  "numpy/_core/numeric.py:232", "frozen_abc:123"):
