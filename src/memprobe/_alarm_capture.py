@@ -147,7 +147,9 @@ class AlarmCapture:
         if self.done or self._capture is not None or self._held is not None or not fired:
             return False
         name = held_type(fired)
-        if name is not None and self.options.get("holders", True):
+        from .referrers import heap_walk_safe
+
+        if name is not None and self.options.get("holders", True) and heap_walk_safe():
             return self._walk_holders(name, fired)
         if any(v.culprits for v in fired):
             return False

@@ -33,7 +33,7 @@ from .keys import shorten_path
 from .probes.memray import MemrayWindow, NativeSite, _memray
 from .probes.objects import type_name
 from .probes.tracemalloc import CAPTURE_NFRAME, acquire_tracing, growth, release_tracing
-from .referrers import Chain, referrer_chains
+from .referrers import Chain, heap_walk_safe, referrer_chains
 
 
 def _is_own_type(t: type) -> bool:
@@ -203,8 +203,12 @@ class CulpritCapture:
         # Site names read sysconfig's paths once per process (an import): now, not
         # inside the window.
         shorten_path(__file__)
-        if self.objects:
+        if self.objects and heap_walk_safe():
             self._types = _type_counts()
+        elif self.objects or self.holders:
+            self._notes.append("no object counts or holders: the capture runs outside the "
+                               "main thread, where a walk of the heap could break the "
+                               "main thread's code (CPython)")
         already = tracemalloc.is_tracing()
         # Enough frames to name the user's line above a library's (only for the window).
         acquire_tracing(CAPTURE_NFRAME)
@@ -278,7 +282,7 @@ class CulpritCapture:
         self._baseline = None
         del stats
         chains: tuple[Chain, ...] = ()
-        if self.holders and grown_type is not None:
+        if self.holders and grown_type is not None and heap_walk_safe():
             chains = tuple(referrer_chains(grown_type, samples=2,
                                            timeout_seconds=self.holders_timeout_seconds))
         self._started_at = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 import time
 import types
 from collections import deque
@@ -25,6 +26,19 @@ from ._errors import ConfigError, show
 #: memprobe's own frames (a capture, a Prober) are never what holds the user's objects.
 _MEMPROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _MAX_REPR = 40
+
+
+def heap_walk_safe() -> bool:
+    """Whether this thread may walk the heap (``gc.get_objects()``): only the main thread.
+
+    A walk from another thread holds a reference to every tracked object for a
+    moment; when the main thread has a tuple half built (``tuple(generator)``,
+    which runs Python code and so lets other threads in) and then resizes it,
+    CPython finds a second reference and raises ``SystemError: bad argument to
+    internal function`` in the user's code. Seen in an RLlib EnvRunner (dm-tree's
+    ``map_structure``) whose sampler thread opened a capture.
+    """
+    return threading.current_thread() is threading.main_thread()
 
 
 @dataclass(frozen=True)

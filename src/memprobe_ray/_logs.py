@@ -197,6 +197,28 @@ class Tails:
     unreachable: list[tuple[str, str]] = field(default_factory=list)
 
 
+def _answers(address: str | None) -> None:
+    """Fail at once when nothing listens at a ``host:port`` address (``http://`` allowed):
+    the state API would retry for its whole timeout before saying so."""
+    import socket
+    import urllib.parse
+
+    if not address or address == "auto":
+        return
+    hostport = urllib.parse.urlsplit(address if "//" in address else f"//{address}")
+    try:
+        port = hostport.port
+    except ValueError:
+        return  # not host:port; the state API says what is wrong with it
+    if not hostport.hostname or port is None:
+        return
+    try:
+        socket.create_connection((hostport.hostname, port), timeout=3).close()
+    except OSError as exc:
+        raise ConnectionError(f"Ray's state API at {address} did not answer: nothing "
+                              f"accepts connections there ({exc.strerror or exc})") from None
+
+
 def _nodes(address: str | None) -> tuple[str | None, list[Any]]:
     from ray.util.state import list_nodes
 
@@ -204,6 +226,7 @@ def _nodes(address: str | None) -> tuple[str | None, list[Any]]:
 
     if address is None and ray.is_initialized():
         address = ray.get_runtime_context().gcs_address
+    _answers(address)
     try:
         return address, list(list_nodes(address=address, limit=10_000, timeout=TIMEOUT_SECONDS,
                                         raise_on_missing_output=False))

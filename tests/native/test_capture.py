@@ -175,3 +175,35 @@ def test_finish_before_start_and_bad_options_are_clear():
     with pytest.raises(memprobe.ConfigError, match=r"^capture.native: "):
         CulpritCapture(native="auto")  # type: ignore[arg-type]
     gc.collect()
+
+
+class _Kept:
+    pass
+
+
+def test_a_capture_outside_the_main_thread_never_walks_the_heap():
+    """A sampler thread (memprobe_ray's, the CLI's) opens the capture: it counts no
+    objects and walks no holders, and says so. A heap walk from another thread holds a
+    reference to the main thread's half-built tuples, and CPython then raises
+    ``SystemError: bad argument to internal function`` in the user's code."""
+    import threading
+
+    kept = []
+    result = {}
+
+    def in_thread():
+        capture = CulpritCapture(duration_seconds=0.05, native=False).start()
+        kept.extend(_Kept() for _ in range(200))
+        result["culprits"] = capture.finish()
+
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join(60)
+    culprits = result["culprits"]
+    assert culprits.types == () and culprits.holders == (), culprits
+    assert any("outside the main thread" in n for n in culprits.notes), culprits.notes
+    # The same capture in the main thread does count the objects kept.
+    capture = CulpritCapture(duration_seconds=0.05, native=False).start()
+    kept.extend(_Kept() for _ in range(200))
+    culprits = capture.finish()
+    assert any("_Kept" in t for t, _ in culprits.types), culprits.types
