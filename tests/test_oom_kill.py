@@ -9,7 +9,6 @@ culprits of the capture that the forecast opened.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
