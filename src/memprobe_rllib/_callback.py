@@ -17,7 +17,7 @@ from memprobe import keys as mkeys
 
 from ._leak import JUDGED, LeakState
 from ._options import TRIGGERS, CallbackOptions
-from ._results import KeyKinds, ResultLog, declared, warn
+from ._results import KeyKinds, ResultLog, declared, no_forecast_as_minus_one, warn
 
 __all__ = [
     "TRIGGERS",
@@ -425,6 +425,10 @@ class MemoryProbeCallback(RLlibCallback):
             return
         self._driver_step = result.get("training_iteration")
         try:
+            no_forecast_as_minus_one(result.get("env_runners"))
+            evaluation = result.get("evaluation")
+            if isinstance(evaluation, dict):
+                no_forecast_as_minus_one(evaluation.get("env_runners"))
             if self.options.driver:
                 self._get_driver()
                 result.update(self._driver.sample_all(self._driver_step))

@@ -6,16 +6,26 @@ that got no value in an iteration to NaN. So, once a key has been logged,
 latest one, a site or type that left the top N logs 0, counters log an
 increase of 0 and intervals a sum of 0. The number of keys is bounded
 (``max_keys``); the values are kept in per-key cells allocated once per key.
+
+``leak/hours_to_oom`` is reduced to the minimum, not the mean, over the
+EnvRunners (and a process's values in one iteration): the soonest kill is what
+matters. A process with no forecast (-1) logs infinity, which the minimum
+passes over; :func:`no_forecast_as_minus_one` turns an infinity left in the
+results (no process had a forecast) back into -1.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import memprobe
 from memprobe import keys as mkeys
 from memprobe import metrics as mmetrics
+
+#: The key, under a process's prefix, reduced to the soonest forecast over processes.
+HOURS_TO_OOM = "/leak/hours_to_oom"
 
 # Cell layout: the latest value, the largest, the sum, the number of values
 # since the last flush, and the value logged last (for counters: the total).
@@ -113,7 +123,11 @@ class ResultLog:
             if kind == "gauge":
                 if not fresh and site:
                     cell[_LAST] = cell[_MAX] = 0.0
-                log(key, cell[_LAST], reduce="mean")
+                if key.endswith(HOURS_TO_OOM):
+                    hours = cell[_LAST]
+                    log(key, hours if hours >= 0 else math.inf, reduce="min")
+                else:
+                    log(key, cell[_LAST], reduce="mean")
                 if wants_max:
                     log(key + "_max", cell[_MAX] if fresh else cell[_LAST], reduce="max")
             elif kind == "counter":
@@ -132,6 +146,16 @@ class ResultLog:
                 custom_metrics[key] = cell[_SUM] if kind == "interval" else cell[_LAST]
             cell[_N] = 0
         self.pending = False
+
+
+def no_forecast_as_minus_one(results: Any) -> None:
+    """In RLlib's ``results`` (an EnvRunners' section), the ``leak/hours_to_oom`` keys
+    left infinite by the minimum (no EnvRunner had a forecast) set back to -1."""
+    if not isinstance(results, dict):
+        return
+    for key, value in results.items():
+        if key.endswith(HOURS_TO_OOM) and isinstance(value, (int, float)) and math.isinf(value):
+            results[key] = -1.0
 
 
 def warn(message: str, category: type[Warning] = memprobe.MemprobeWarning) -> None:

@@ -16,9 +16,10 @@ pytest.importorskip("ray.rllib")
 from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from memprobe.keys import site_name
-from memprobe_rllib import CallbackOptions
+from memprobe_rllib import CallbackOptions, MemoryProbeCallback
 from memprobe_rllib._callback import ProcessProber
 from memprobe_rllib._leak import LeakState, culprits_of
+from memprobe_rllib._results import no_forecast_as_minus_one
 
 pytestmark = pytest.mark.rllib
 
@@ -64,6 +65,31 @@ def test_site_keys_stay_out_of_results_unless_asked():
     pp.log.add({"memprobe/tracemalloc/top/my_env.py:3/size_bytes": 4096,
                 "memprobe/objects/top/dict/count": 5, "memprobe/process/rss_bytes": 1})
     assert set(pp.log.cells) == {"memprobe/process/rss_bytes"}
+
+
+def test_hours_to_oom_is_the_soonest_forecast_over_the_env_runners():
+    """The soonest kill is what matters: the minimum over the EnvRunners that have a
+    forecast, not a mean that mixes in the -1 of those with none; -1 when none has one."""
+    key = "memprobe/leak/hours_to_oom"
+    runners = [process(["process"]) for _ in range(3)]
+    leaves = [MetricsLogger() for _ in runners]
+    root = MetricsLogger(root=True)
+    seen = []
+    for forecasts in [(-1.0, 5.0, 2.5), (-1.0, -1.0, -1.0), (4.0, -1.0, 3.0)]:
+        for pp, leaf, hours in zip(runners, leaves, forecasts):
+            pp.log.add({key: hours})
+            pp.log.flush(leaf)
+        root.aggregate([leaf.reduce() for leaf in leaves], key="env_runners")
+        result = root.reduce(compile=True)
+        no_forecast_as_minus_one(result["env_runners"])
+        seen.append(float(result["env_runners"][key]))
+    assert seen == [2.5, -1.0, 3.0]
+    # The driver's callback does it to the results of train(), evaluation's included.
+    result = {"env_runners": {key: math.inf},
+              "evaluation": {"env_runners": {key: math.inf, "other": math.inf}}}
+    MemoryProbeCallback.configure(driver=False)().on_train_result(result=result)
+    assert result == {"env_runners": {key: -1.0},
+                      "evaluation": {"env_runners": {key: -1.0, "other": math.inf}}}
 
 
 def test_the_adapters_buffers_are_not_the_users_memory():
