@@ -22,9 +22,11 @@ tracemalloc's bytes outside memprobe (``tracemalloc/filtered_bytes``) and its
 allocation sites, and the objects probe. The heap that exists before the check
 is frozen (``gc.freeze()``), so the collection before each sample and the
 objects probe see only what the component allocates. A component is a suspect
-when a judged metric grows faster than ``max_growth_bytes`` spread over the
-repeats (counts: any growth); its suspects are the growing sites
-(``file.py:line``) and types.
+when a judged bytes metric grows significantly by more than ``max_growth_bytes``
+over the calls judged, whatever the floor for "growing slightly" (as
+:func:`memprobe.assert_no_leak` judges, through :func:`memprobe.leaks.judge_tolerance`;
+counts: any growth); its suspects are the growing sites (the user's line first:
+``my_env.py:26 → numpy/_core/numeric.py:232``) and types.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memprobe import ConfigError, MemprobeError
-from memprobe.leaks import Report, check_growth_bytes, check_leaks
+from memprobe.leaks import Report, check_growth_bytes, check_leaks, judge_tolerance
 
 from ._options import show
 
@@ -80,8 +82,12 @@ class ComponentCheck:
 
     @property
     def suspects(self) -> tuple[str, ...]:
-        """Growing allocation sites (``file.py:line``) then types, fastest first."""
-        return tuple(self.report.suspects)
+        """Growing allocation sites (``file.py:line``) then types, leaking and fastest
+        first; when the component leaks, also those growing under the floor for
+        "growing slightly" (a leak over a small tolerance is made of such sites)."""
+        growing = ("leak", "slight") if self.leak else ("leak",)
+        return tuple(v.site or v.metric for v in (*self.report.sites, *self.report.types)
+                     if v.status in growing)
 
     def describe(self) -> str:
         """One paragraph: the component, its verdict, what grew, the suspects."""
@@ -259,8 +265,10 @@ def check_rllib_leaks(
     :param repeats: calls per component (an int, or ``{component: n}``);
         default :data:`DEFAULT_REPEATS`.
     :param warmup: first calls whose samples are dropped (allocations that settle).
-    :param max_growth_bytes: growth tolerated over the repeats after warm-up, per
-        bytes metric; counts (fds, objects) tolerate none.
+    :param max_growth_bytes: growth tolerated over the calls judged (after
+        ``warmup``), per bytes metric: a significant growth beyond it is a leak,
+        however far under the floor for "growing slightly" (16 KiB, or 0.01% of
+        rss); counts (fds, objects) tolerate none.
     :param objects: also count live objects by type (cheap: the heap that
         existed before the check is frozen and not walked).
     :param sample_timesteps: ``num_timesteps`` of each ``sample()`` (None: the
@@ -331,8 +339,9 @@ def check_rllib_leaks(
 
 def _check(component: str, fn: Callable[[], None], repeats: int, warmup: int,
            max_growth_bytes: float, probes: Mapping[str, Any]) -> ComponentCheck:
-    per_call = max_growth_bytes / max(1, repeats - warmup)
-    thresholds = {m: (per_call if m.endswith("_bytes") else 0.0) for m in JUDGED}
+    # Any significant growth is judged; judge_tolerance then holds the bytes metrics
+    # to max_growth_bytes over the calls judged, whatever the floor for "slight".
+    thresholds = dict.fromkeys(JUDGED, 0.0)
 
     def call() -> None:
         try:
@@ -347,5 +356,6 @@ def _check(component: str, fn: Callable[[], None], repeats: int, warmup: int,
                              thresholds=thresholds)
     finally:
         gc.unfreeze()
+    report = judge_tolerance(report, JUDGED, max_growth_bytes)
     grew = tuple(m for m in JUDGED if (v := report.get(m)) is not None and v.leak)
     return ComponentCheck(component, _CALLS[component], repeats, report, grew)

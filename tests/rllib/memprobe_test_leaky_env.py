@@ -75,16 +75,26 @@ class BrokenCartPole(CartPoleEnv):
 
 
 class EpisodeLeakCartPole(_KeepingCartPole):
-    """Every ``reset()`` keeps ``config["kib"]`` KiB (default 5) forever: a slow leak,
-    a few KiB per episode (issue 28)."""
+    """Every ``reset()`` keeps ``config["kib"]`` KiB (default 5), or ``config["bytes"]``
+    bytes, forever: a slow leak, a few KiB per episode (issue 28), or less."""
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config)
-        self._kib = int((config or {}).get("kib", 5))
+        config = config or {}
+        self._size = int(config.get("bytes", int(config.get("kib", 5)) * 1024))
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
-        LEAKED.append(bytearray(self._kib * 1024))
+        LEAKED.append(bytearray(self._size))  # LEAK: one block per episode
         return super().reset(seed=seed, options=options)
+
+
+def episode_leak_line() -> str:
+    """``memprobe_test_leaky_env.py:<line>`` of EpisodeLeakCartPole's leaking statement."""
+    import inspect
+
+    src, first = inspect.getsourcelines(EpisodeLeakCartPole.reset)
+    off = next(i for i, line in enumerate(src) if "LEAKED.append" in line)
+    return f"memprobe_test_leaky_env.py:{first + off}"
 
 
 NUMPY_LEAKED: list[Any] = []

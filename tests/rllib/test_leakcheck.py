@@ -58,6 +58,29 @@ def test_leaky_env_is_caught_and_the_line_named() -> None:
     assert leak_line() in str(result) and "LEAK" in str(result)
 
 
+def test_a_small_leak_over_the_tolerance_fails_though_under_the_floor_for_slight() -> None:
+    """Tolerances mean what they say (issue 24, item 5): 512 B kept per episode grows
+    ~8 KB over the 15 calls judged, under the 16 KiB floor for "growing slightly" but
+    over max_growth_bytes=2048: a leak, naming the line; a tolerance of 32 KiB passes it."""
+    from memprobe_test_leaky_env import LEAKED, EpisodeLeakCartPole, episode_leak_line
+
+    cfg = config(EpisodeLeakCartPole).environment(env_config={"bytes": 512})
+    try:
+        strict = check_rllib_leaks(cfg, components=("env",), repeats=20, max_growth_bytes=2048)
+        loose = check_rllib_leaks(cfg, components=("env",), repeats=20,
+                                  max_growth_bytes=32 * 1024)
+    finally:
+        LEAKED.clear()
+    traced = strict["env"].report.get("tracemalloc/filtered_bytes")
+    assert traced is not None and 2048 < traced.growth < 16384, traced
+    assert strict.leak and "tracemalloc/filtered_bytes" in strict["env"].grew, str(strict)
+    assert traced.culprit is not None and traced.culprit.endswith(episode_leak_line()), traced
+    assert strict.suspects["env"][0].endswith(episode_leak_line()), strict.suspects
+    assert not loose.leak, str(loose)
+    assert loose.suspects == {} and loose["env"].suspects == ()
+    assert loose["env"].report.get("tracemalloc/filtered_bytes").status == "slight"
+
+
 def test_bad_input_names_the_culprit() -> None:
     with pytest.raises(memprobe.ConfigError) as err:
         check_rllib_leaks(config("CartPole-v1"), components=("policy",))
