@@ -21,12 +21,16 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ._format import fmt_value
 from .keys import is_library_site, site_name
 
 __all__ = ["WINDOW_KEYS", "WindowEvidence", "is_window_site", "window_evidence"]
 
 #: Closed windows read (the latest): a site counts when it survives half of them.
 _WINDOWS = 5
+
+#: The least share of the bytes surviving a window per step a site must hold to be named.
+_MIN_SITE_SHARE = 0.01
 
 #: The probes' windowed metrics (without prefix) the evidence is read from.
 WINDOW_KEYS = (
@@ -87,16 +91,10 @@ class WindowEvidence:
         """What the kind rests on, in a few words."""
         user = self.user_per_step if self.probe == "tracemalloc" else self.survivors_per_step
         user_s = ("" if user == self.survivors_per_step else
-                  f" ({_bytes(user)} at the user's lines)")
-        return (f"from {self.windows} {self.probe} windows: {_bytes(self.survivors_per_step)}"
-                f"/step survive{user_s} against {_bytes(rate_per_step)}/step")
-
-
-def _bytes(v: float) -> str:
-    for unit, size in (("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(v) >= size:
-            return f"{v / size:.3g} {unit}"
-    return f"{v:.0f} B"
+                  f" ({fmt_value(user, 'bytes')} at the user's lines)")
+        windows = f"{self.windows} {self.probe} window" + ("" if self.windows == 1 else "s")
+        return (f"from {windows}: {fmt_value(self.survivors_per_step, 'bytes')}"
+                f"/step survive{user_s} against {fmt_value(rate_per_step, 'bytes')}/step")
 
 
 def _steps_per_window(active: tuple[Sequence[float], Sequence[float], Sequence[float]] | None,
@@ -141,7 +139,10 @@ def window_evidence(series: Series, prefix: str, probe: str = "tracemalloc",
     need = (len(closes) + 1) // 2
     ranked = [(s, statistics.median(v + [0.0] * (len(closes) - len(v))) / w)
               for s, v in sizes.items() if len(v) >= need]
-    ranked = [r for r in ranked if r[1] > 0]
-    ranked.sort(key=lambda r: (is_library_site(r[0]), -r[1]))
     per_step = statistics.median(list(total[1])[-_WINDOWS:]) / w
+    # A site holding a sliver of what survives is what happened to be alive as the
+    # window closed (the loop's counter at the ``for`` line), not a culprit.
+    floor = max(0.0, _MIN_SITE_SHARE * per_step)
+    ranked = [r for r in ranked if r[1] > floor]
+    ranked.sort(key=lambda r: (is_library_site(r[0]), -r[1]))
     return WindowEvidence(probe, len(closes), w, per_step, tuple(ranked))
