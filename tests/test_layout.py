@@ -206,3 +206,50 @@ def test_private_names_in_docs_are_found() -> None:
             "memprobe.keys._site_roots memprobe.read_samples memprobe_rllib.demo")
     assert PRIVATE_IN_DOCS.findall(text) == [
         "memprobe._series", "memprobe_rllib._options", "memprobe.keys._site_roots"]
+
+
+#: Taking a string apart at ``/``: only keys.py does it to keys.
+SLASH_SPLIT = re.compile(r"""\.(?:r?split|r?partition)\(\s*["']/["']""")
+#: A unit read from a name's ending: only the registry's default does it.
+UNIT_FROM_NAME = re.compile(r"""endswith\(\s*\(?["']_(?:bytes|seconds)["']""")
+#: Files that split at ``/`` what is not a key, with why.
+SLASH_ALLOWED = {
+    "memprobe/keys.py": "the key format's owner",
+    "memprobe_ray/_logs.py": "paths of log files on Ray's nodes, not keys",
+}
+UNIT_ALLOWED = {"memprobe/metrics.py": "the default declaration of an undeclared metric"}
+
+
+def _source_lines(pattern: re.Pattern[str], allowed: dict[str, str]) -> list[str]:
+    bad = []
+    for pkg in ("memprobe", "memprobe_ray", "memprobe_rllib"):
+        for path in sorted((SRC / pkg).rglob("*.py")):
+            rel = str(path.relative_to(SRC))
+            if rel in allowed:
+                continue
+            for lineno, line in enumerate(path.read_text().splitlines(), 1):
+                if pattern.search(line.split("#", 1)[0]):
+                    bad.append(f"{rel}:{lineno}: {line.strip()}")
+    return bad
+
+
+def test_no_key_is_taken_apart_outside_keys_py() -> None:
+    """Keys are split and built by :mod:`memprobe.keys` alone (``split_short``,
+    ``split_site_key``, ``key_of``...), so that the format has one owner."""
+    bad = _source_lines(SLASH_SPLIT, SLASH_ALLOWED)
+    assert not bad, "\n".join(bad)
+
+
+def test_no_unit_is_read_from_a_name_ending() -> None:
+    """Units come from the probes' declarations (``prober.describe``,
+    ``memprobe.describe_key``, ``Verdict.unit``), never from ``_bytes`` at a name's end."""
+    bad = _source_lines(UNIT_FROM_NAME, UNIT_ALLOWED)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_source_checks_find_what_they_look_for() -> None:
+    assert SLASH_SPLIT.search('probe, _, metric = short.partition("/")')
+    assert SLASH_SPLIT.search("parts = key.rsplit('/', 1)")
+    assert not SLASH_SPLIT.search('label.split(",")')
+    assert UNIT_FROM_NAME.search('if key.endswith("_bytes"):')
+    assert not UNIT_FROM_NAME.search('if name.endswith("_total"):')

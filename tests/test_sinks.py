@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 import memprobe
 from memprobe import Sample
-from memprobe._jsonl import RECORD_FIELDS, iter_records, read_samples
+from memprobe._jsonl import iter_records, read_samples
+from memprobe._jsonl_fields import RECORD_FIELDS
 from memprobe._sinks import JsonlSink
 
 

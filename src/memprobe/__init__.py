@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ._flatten import SiteMap
     from ._flatten import flatten
     from ._format import format_value
+    from ._registry import describe_key
     from ._alarm import LeakAlarm
     from ._history import History
     from ._oom import Headroom
@@ -73,6 +74,7 @@ _LAZY = {
     "SiteMap": "._flatten",
     "flatten": "._flatten",
     "format_value": "._format",
+    "describe_key": "._registry",
     "LeakAlarm": "._alarm",
     "History": "._history",
     "Headroom": "._oom",
@@ -182,6 +184,7 @@ __all__ = [
     "analyze_samples",
     "assert_no_leak",
     "check_leaks",
+    "describe_key",
     "flatten",
     "format_value",
     "get_plugin_manager",

@@ -16,6 +16,7 @@ from ._options import check_int, hint
 from ._sample import Number
 from ._series import judged_keys
 from ._tiers import Tiers
+from .keys import make_key, split_short
 
 if TYPE_CHECKING:  # imported at the first check: the statistics are not needed before
     from collections.abc import Sequence
@@ -216,7 +217,8 @@ class LeakAlarm:
         """Checks in a row before ``verdict``'s metric alarms: one more for a count of live
         objects (``objects/*``, ``gc/allocated_blocks``), which a cache that fills grows
         at a leak's rate until it is full (measured: docs/rllib.md, field accuracy)."""
-        counts_objects = verdict.metric in OBJECT_COUNTS or verdict.metric.startswith("objects/")
+        counts_objects = (verdict.metric in OBJECT_COUNTS
+                          or split_short(verdict.metric)[0] == "objects")
         return self.confirmations + 1 if counts_objects else self.confirmations
 
     def absorb(self, history: Sequence[Sample], prefix: str) -> Tiers:
@@ -295,8 +297,6 @@ class LeakAlarm:
         """What the sample after a check records of it, so that a reader of the file
         (``memprobe report``) has the forecast this process made against its own limit:
         ``<prefix>/leak/hours_to_oom`` (-1 when its resident size is not growing)."""
-        from .keys import make_key
-
         hours = -1.0
         for v in self.latest.verdicts.values() if self.latest is not None else ():
             if v.metric == "process/rss_bytes" and v.hours_to_oom is not None:

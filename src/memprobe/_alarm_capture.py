@@ -48,8 +48,6 @@ CAPTURE_OPTIONS = frozenset({
 })
 #: The Prober's defaults: a memray window only when asked (``native=None`` or True).
 DEFAULTS: Mapping[str, Any] = {"duration_seconds": 10.0, "native": False}
-#: The field of a capture's JSONL line that holds its referrer chains, one per line.
-HOLDERS = "holders"
 
 
 def check_capture_option(value: Any) -> dict[str, Any] | None:
@@ -92,7 +90,7 @@ def captured_kind(culprits: Culprits, verdict: Verdict,
     """The kind of a bytes verdict with no kind of its own, from what the capture saw kept
     over its ``samples`` against the growth at the verdict's rate per sample; with a note
     saying so. None when the verdict has its kind, or the capture saw too little to tell."""
-    if verdict.kind is not None or not verdict.key.endswith("_bytes"):
+    if verdict.kind is not None or verdict.unit != "bytes":
         return None
     grown = verdict.slope_per_step * samples
     if grown <= 0:

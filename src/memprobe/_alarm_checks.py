@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ._alarm import LeakAlarm, OnLeak, check_leak_options, check_oom_capture_hours
 from ._alarm_capture import check_capture_option
 from ._history import History
+from ._jsonl_fields import HOLDERS
 from ._options import check_int
 from ._sample import Number, Sample
 from .keys import make_key
@@ -160,8 +161,6 @@ class AlarmChecks:
         """Close the alarm's capture: its culprits as one more line for the sinks, its
         referrer chains as the line's ``holders`` field; never raises into the
         caller's loop."""
-        from ._alarm_capture import HOLDERS
-
         try:
             values = alarm.finish_capture(self.prefix)
         except Warning:

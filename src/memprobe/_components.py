@@ -18,10 +18,10 @@ from ._options import (
     guard_options,
 )
 from ._plugins import ProbeInfo, collect_sinks, unknown_probe_error, unknown_sink_error
+from ._registry import Declarations
 from ._scheduled import ScheduledProbe
 from ._sinks import JsonlSink, Sink
-from .keys import PROBER_SECTIONS, make_key, split_key
-from .metrics import PROBER_METRICS, Metric, default_metric, lookup
+from .keys import make_key
 
 
 def build_probes(
@@ -108,16 +108,6 @@ def bind_keys(probes: list[ScheduledProbe], prefix: str) -> None:
         sp.overhead_key = make_key(prefix, "overhead", f"{sp.name}_seconds")
 
 
-def describe_key(key: str, prefix: str, probes: list[ScheduledProbe]) -> Metric:
-    """The declaration of ``key``: from its probe's ``metrics``, from
-    :data:`memprobe.metrics.PROBER_METRICS` for the Prober's own sections, else the default."""
-    try:
-        parts = split_key(key, prefix)
-    except ValueError:
-        return default_metric(key.rpartition("/")[2])
-    if parts.probe in PROBER_SECTIONS:
-        return lookup(PROBER_METRICS[parts.probe], parts.metric)
-    for sp in probes:
-        if sp.name == parts.probe:
-            return lookup(getattr(sp.probe, "metrics", None), parts.metric)
-    return default_metric(parts.metric)
+def declarations(probes: list[ScheduledProbe]) -> Declarations:
+    """Each probe's ``metrics`` declarations, by its name in the Prober."""
+    return {sp.name: getattr(sp.probe, "metrics", None) or {} for sp in probes}

@@ -48,15 +48,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
-from ._alarm_capture import HOLDERS
 from ._errors import JsonlReadError, MemprobeWarning
-from ._phases import LABEL_FIELDS
+from ._jsonl_fields import RECORD_FIELDS, TEXT_FIELDS
 from ._sample import Sample
-
-#: Fields of a line that are not tags.
-RECORD_FIELDS = ("time", "step", "pid", "values")
-#: Fields of a line that go to ``Sample.labels`` when they are a str.
-TEXT_FIELDS = (*LABEL_FIELDS, HOLDERS)
 
 #: A line longer than this (bytes, newline excluded) is skipped with a warning.
 MAX_LINE_BYTES = 16 * 2**20

@@ -13,6 +13,7 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from ._registry import builtin_declarations, growth_kinds, judged_metrics
 from ._windows import WindowEvidence
 from .keys import format_culprit, is_library_site
 
@@ -42,41 +43,15 @@ BLOCKS = "gc/allocated_blocks"
 OBJECT_COUNTS = ("objects/total_count", BLOCKS)
 
 #: Metrics judged by :func:`memprobe.analyze_samples` (without prefix), besides
-#: the per-site and per-type series. ``tracemalloc/traced_bytes`` is judged only
-#: when ``tracemalloc/filtered_bytes`` is absent: traced bytes include
+#: the per-site and per-type series: those the built-in probes declare
+#: ``judged=True`` (:class:`memprobe.Metric`). ``tracemalloc/traced_bytes`` is judged
+#: only when ``tracemalloc/filtered_bytes`` is absent: traced bytes include
 #: memprobe's own allocations.
-DEFAULT_METRICS = (
-    "process/rss_bytes",
-    "process/vms_bytes",
-    "process/uss_bytes",
-    "process/pss_bytes",
-    "process/shared_bytes",
-    "process/num_fds",
-    "process/num_threads",
-    FILTERED,
-    TRACED,
-    "objects/total_count",
-    BLOCKS,
-    "gc/garbage_count",
-    "malloc/in_use_bytes",
-    "malloc/free_bytes",
-    "smaps/anonymous_bytes",
-    "smaps/file_bytes",
-)
+DEFAULT_METRICS = judged_metrics(builtin_declarations())
 
 _FILE_BACKED = ("smaps/file_bytes", "process/shared_bytes")
-_OWN_KIND = {
-    FILTERED: "python",
-    TRACED: "python",
-    "objects/total_count": "objects",
-    BLOCKS: "objects",
-    "gc/garbage_count": "objects",
-    "process/num_fds": "fds",
-    "process/num_threads": "threads",
-    "smaps/file_bytes": "mmap",
-    "process/shared_bytes": "mmap",
-    "malloc/in_use_bytes": "native",
-}
+#: The kind each judged metric's growth is on its own (its declaration's ``growth``).
+_OWN_KIND = growth_kinds(builtin_declarations())
 _ORDER = {k: i for i, k in enumerate(KINDS)}
 
 

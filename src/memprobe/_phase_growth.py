@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ._jsonl_fields import PHASE_SEP
 from ._sample import Sample
 
 
@@ -30,20 +31,20 @@ def _label(sample: Sample, field: str) -> str | None:
 
 
 def _parent(phase: str | None) -> str | None:
-    if not phase or "/" not in phase:
+    if not phase or PHASE_SEP not in phase:
         return None
-    return phase.rsplit("/", 1)[0]
+    return phase.rsplit(PHASE_SEP, 1)[0]
 
 
 def _common(a: str | None, b: str | None) -> str | None:
     """The innermost span both phases are in."""
     if a is None or b is None:
         return None
-    pa, pb = a.split("/"), b.split("/")
+    pa, pb = a.split(PHASE_SEP), b.split(PHASE_SEP)
     n = 0
     while n < min(len(pa), len(pb)) and pa[n] == pb[n]:
         n += 1
-    return "/".join(pa[:n]) or None
+    return PHASE_SEP.join(pa[:n]) or None
 
 
 def phase_growth(samples: Sequence[Sample], metrics: Sequence[str]) -> list[PhaseGrowth]:

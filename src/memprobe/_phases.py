@@ -4,7 +4,7 @@
 A mark or a span edge takes a sample at once (every probe, due or not), so the
 values at a boundary are the values at that moment, and labels it. Every
 sample taken inside a span carries the span's label. In the JSONL each label
-is a field of the line (:data:`LABEL_FIELDS`):
+is a field of the line (:data:`memprobe._jsonl_fields.LABEL_FIELDS`):
 
 - ``"mark": "checkpoint"`` on the sample a mark took;
 - ``"phase": "eval"`` on every sample inside the span (nested spans join their
@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._errors import ConfigError, show
+from ._jsonl_fields import PHASE_SEP
 
-#: The fields of a JSONL line that label its sample (not tags: they do not split runs).
-LABEL_FIELDS = ("mark", "phase", "phase_edge")
 #: The longest label.
 MAX_LABEL_CHARS = 200
 #: Marks a Prober keeps in ``prober.marks`` (a ring: a long job marks without growing).
@@ -54,7 +53,7 @@ def check_label(label: Any) -> str:
     characters, without ``/`` (which joins nested spans)."""
     if not isinstance(label, str) or not label.strip():
         raise ConfigError("label", f"must be a non-empty str, got {show(label)}")
-    if "/" in label:
+    if PHASE_SEP in label:
         raise ConfigError("label", f"must not contain '/' (it joins nested phases), "
                           f"got {show(label)}")
     if len(label) > MAX_LABEL_CHARS:
@@ -80,7 +79,7 @@ class Phases:
     @property
     def current(self) -> str | None:
         """The label of the innermost open span (``"train/eval"`` when nested), or None."""
-        return "/".join(self.open) or None
+        return PHASE_SEP.join(self.open) or None
 
     def push(self, label: str) -> None:
         """Open a span inside the open ones."""

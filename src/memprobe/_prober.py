@@ -15,7 +15,7 @@ import pluggy
 from ._alarm import LeakAlarm, OnLeak
 from ._alarm_checks import AlarmChecks, judge_history, make_alarm
 from ._budget import BudgetSplit
-from ._components import bind_keys, build_probes, build_sinks, describe_key, discard
+from ._components import bind_keys, build_probes, build_sinks, declarations, discard
 from ._errors import ConfigError, show
 from ._flatten import SiteKeyCap
 from ._fork import renew_in_child
@@ -36,6 +36,7 @@ from ._overhead import Overhead
 from ._phases import Mark, Phases, check_label
 from ._pid import current_pid
 from ._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
+from ._registry import describe_key
 from ._sample import Number, Sample
 from ._scheduled import ScheduledProbe
 from ._sink_writer import SinkWriter
@@ -226,7 +227,7 @@ class Prober:
         sections (``overhead``, ``errors``...) from :data:`memprobe.metrics.PROBER_METRICS`;
         anything else (a derived metric) gets :func:`memprobe.metrics.default_metric`.
         """
-        return describe_key(key, self.prefix, self._probes)
+        return describe_key(key, self.prefix, declarations(self._probes))
 
     # -- lifecycle --------------------------------------------------------------
     def start(self) -> Prober:

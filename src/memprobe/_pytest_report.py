@@ -28,14 +28,10 @@ class PeakError(MemprobeError, AssertionError):
     """A test's traced memory rose above its ``memprobe_limit_peak``."""
 
 
-def _amount(v: float, key: str, signed: bool = True) -> str:
-    return fmt_value(v, "bytes" if key.endswith("_bytes") else "", signed)
-
-
 def headline(v: Any) -> str:
     """``tracemalloc/filtered_bytes grew +430.6 KiB over 23 calls (+19.6 KiB per call)``."""
-    return (f"{v.metric} grew {_amount(v.growth, v.key)} over {v.n_points} {v.step}s "
-            f"({_amount(v.slope_per_step, v.key)} per {v.step})")
+    grew, per_step = (fmt_value(x, v.unit, signed=True) for x in (v.growth, v.slope_per_step))
+    return f"{v.metric} grew {grew} over {v.n_points} {v.step}s ({per_step} per {v.step})"
 
 
 def _primary(report: Any, metrics: Sequence[str]) -> Any:
@@ -119,7 +115,8 @@ def _leak_message(judged: Judged, failing: Sequence[Any], report: Any,
     if culprits:
         lines.append(f"culprits, fastest-growing first (top {top}):")
         for c, v in culprits[:top]:
-            rate = f": {_amount(v.slope_per_step, v.key)} per {v.step}" if v is not None else ""
+            rate = (f": {fmt_value(v.slope_per_step, v.unit, signed=True)} per {v.step}"
+                    if v is not None else "")
             lines.append(f"  {c}{rate}" + ("  (allowed)" if c in allowed else ""))
     if native:
         lines.append(f"native sites alive after {NATIVE_CALLS} more calls (memray):")

@@ -50,7 +50,7 @@ def kept_stacks(summary: RunSummary) -> tuple[str, list[tuple[str, float]]]:
         return "memory kept, captured when the leak alarm fired", stacks
     report: Any = summary.report
     for v in getattr(report, "sites", ()):
-        metric = keys.short_key(v.key, summary.run.prefix).partition("/")[2]
+        metric = keys.split_short(keys.short_key(v.key, summary.run.prefix))[1]
         name = keys.site_name(metric)
         if v.leaking and name is not None and v.growth > 0:
             stacks.append((name, float(v.growth)))

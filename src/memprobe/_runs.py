@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import keys
-from ._alarm_capture import HOLDERS
 from ._errors import MemprobeWarning
 from ._jsonl import JsonlReadError, iter_records
+from ._jsonl_fields import HOLDERS
 from ._phase_growth import PhaseGrowth, mark_times, phase_growth
+from ._registry import describe_key, installed_declarations
 from ._sample import Sample
 from ._verdicts import (
     DEFAULT_METRICS,
@@ -31,7 +32,7 @@ from ._verdicts import (
     analyze_samples,
     format_culprit,
 )
-from .metrics import PROBER_METRICS, Metric, as_metric, lookup
+from .metrics import Metric
 
 #: Samples a verdict needs (the ``min_points`` of :func:`memprobe.analyze`).
 MIN_SAMPLES = inspect.signature(analyze).parameters["min_points"].default
@@ -193,42 +194,9 @@ def _warn(text: str, on_warning: Callable[[str], None] | None) -> None:
 
 
 # -- units -----------------------------------------------------------------------------------
-_DECLARATIONS: dict[str, Mapping[str, Any]] | None = None
-
-
-def declarations(on_warning: Callable[[str], None] | None = None
-                 ) -> Mapping[str, Mapping[str, Any]]:
-    """The metric declarations of every installed probe and of the Prober's own sections.
-
-    :param on_warning: called with the text of each plugin warning given while the
-        plugins load (a plugin slow to import, one that fails); default: dropped.
-    """
-    global _DECLARATIONS
-    if _DECLARATIONS is None:
-        decl: dict[str, Mapping[str, Any]] = dict(PROBER_METRICS)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                from ._plugins import collect_probes, get_plugin_manager
-
-                for name, info in collect_probes(get_plugin_manager()).items():
-                    decl.setdefault(name, dict(getattr(info.factory, "metrics", {}) or {}))
-            except Exception:  # a broken plugin: its metrics get the default declaration
-                pass
-        if on_warning is not None:
-            for w in caught:
-                on_warning(str(w.message))
-        _DECLARATIONS = decl
-    return _DECLARATIONS
-
-
 def describe(key: str, prefix: str) -> Metric:
-    """The declaration of ``key`` (written under ``prefix``), or the default one."""
-    try:
-        parts = keys.split_key(key, prefix)
-    except ValueError:
-        return as_metric(key, None)
-    return lookup(declarations().get(parts.probe), parts.metric)
+    """The declaration of ``key`` (written under ``prefix``) among the installed probes'."""
+    return describe_key(key, prefix, installed_declarations())
 
 
 # -- summarizing -----------------------------------------------------------------------------
@@ -267,13 +235,10 @@ def _suspects(run: ProcessRun, report: Any, n: int = 5) -> tuple[str, list[tuple
     last = run.samples[-1].values if run.samples else {}
     top = []
     for k, v in last.items():
-        try:
-            parts = keys.split_key(k, run.prefix)
-        except ValueError:
-            continue
-        if (parts.probe == "tracemalloc" and parts.metric.startswith("top/")
-                and parts.metric.endswith("/size_bytes")):
-            top.append((format_culprit(keys.site_name(parts.metric) or parts.metric), v))
+        found = keys.split_site_key(k, run.prefix)
+        if found is not None and found[0] == "tracemalloc" and found[1].section == "top" \
+                and found[1].stat == "size_bytes":
+            top.append((format_culprit(found[1].name), v))
     top.sort(key=lambda kv: -kv[1])
     return "largest allocation sites", [
         (site, f"{fmt(v, 'bytes')} live at the end") for site, v in top[:n]]
@@ -332,9 +297,10 @@ def summarize(run: ProcessRun) -> RunSummary:
     if short_of:
         hints.append(_insufficient_hint(short_of, len(run.samples), run.tags))
     # The probes of the last sample (not the alarm's capture line, which has none).
-    last = [s for s in run.samples[-2:] if head + "capture/duration_seconds" not in s.values]
-    probes = {keys.split_key(k, run.prefix).probe for s in last[-1:] for k in s.values
-              if k.startswith(head) and "/" in k[len(head):]}
+    capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
+    last = [s for s in run.samples[-2:] if capture_key not in s.values]
+    probes = {keys.split_short(keys.short_key(k, run.prefix))[0]
+              for s in last[-1:] for k in s.values}
     if any(m.leak for m in out) and not probes & set(NAMING_PROBES):
         hints.append("to name the line that leaks, rerun with --probes process,gc,tracemalloc "
                      "(or add objects to name the type of object that piles up)")
@@ -383,25 +349,23 @@ PHASE_METRICS = ("process/rss_bytes", "tracemalloc/filtered_bytes",
 
 def _captured(run: ProcessRun, n: int = 5) -> list[tuple[str, str]]:
     """The culprits the alarm's deep capture wrote (keys under ``<prefix>/capture/``)."""
-    head = keys.prefix_path(run.prefix) + "capture"
+    head = keys.join_prefix(run.prefix, "capture")
+    capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
     out: list[tuple[str, str]] = []
     for s in run.samples:
-        if head + "/duration_seconds" not in s.values:
+        if capture_key not in s.values:
             continue
         found: list[tuple[float, str, str]] = []
         for k, v in s.values.items():
-            try:
-                parts = keys.split_key(k, head)
-            except ValueError:
+            site = keys.split_site_key(k, head)
+            if site is None:
                 continue
-            name = keys.site_name(parts.metric)
-            if name is None:
-                continue
-            name = format_culprit(name)
-            if parts.probe == "objects" and parts.metric.endswith("/count"):
+            probe, (_section, raw, stat) = site
+            name = format_culprit(raw)
+            if probe == "objects" and stat == "count":
                 found.append((-1.0, name, f"+{int(v)} objects"))
-            elif parts.metric.endswith("/size_bytes"):
-                what = "native" if parts.probe == "memray" else "python"
+            elif stat == "size_bytes":
+                what = "native" if probe == "memray" else "python"
                 found.append((float(v), name, f"{what}: {fmt(v, 'bytes')} kept"))
         found.sort(key=lambda f: -f[0])
         out += [(name, detail) for _, name, detail in found[:n]]

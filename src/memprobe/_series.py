@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from . import _kinds, _windows
 from ._sample import Sample
-from .keys import make_key, short_key, site_name, split_key
+from .keys import key_of, make_key, short_key, split_site_key
 
 #: The forecast a live leak check records in the next sample (:meth:`LeakAlarm.check_values`).
 FORECAST = "leak/hours_to_oom"
@@ -61,8 +61,8 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
     """
     out: dict[str, tuple[array[float], array[float], array[float]]] = {}
     overhead_key = make_key(prefix, "tracemalloc", "overhead_bytes")
-    traced_key = make_key(prefix, *_kinds.TRACED.split("/"))
-    filtered_key = make_key(prefix, *_kinds.FILTERED.split("/"))
+    traced_key = key_of(prefix, _kinds.TRACED)
+    filtered_key = key_of(prefix, _kinds.FILTERED)
     resident = {make_key(prefix, "process", m) for m in _kinds.RESIDENT}
     checks_key = make_key(prefix, "overhead", "check_retained_bytes")
     first, traced_own, checks_own = carry if carry is not None else (0.0, 0.0, 0.0)
@@ -98,14 +98,10 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
 
 def site_probe(key: str, prefix: str) -> str | None:
     """The probe of a ``top/<name>/size_bytes`` or ``top/<name>/count`` key, else None."""
-    try:
-        parts = split_key(key, prefix)
-    except ValueError:
+    found = split_site_key(key, prefix)
+    if found is None or found[1].section != "top":
         return None
-    if not parts.metric.startswith("top/") or site_name(parts.metric) is None:
-        return None
-    if parts.probe == "tracemalloc" and parts.metric.endswith("/size_bytes"):
-        return "tracemalloc"
-    if parts.probe == "objects" and parts.metric.endswith("/count"):
-        return "objects"
+    probe, stat = found[0], found[1].stat
+    if (probe, stat) in (("tracemalloc", "size_bytes"), ("objects", "count")):
+        return probe
     return None

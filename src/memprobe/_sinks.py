@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ._errors import ConfigError, MemprobeWarning, show
+from ._jsonl_fields import RECORD_FIELDS
 from ._keptfd import identity, same_file
 from ._sample import Sample
 from .hookspecs import hookimpl
@@ -36,8 +37,6 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-#: Fields of every JSONL line; a tag may not take one of these names.
-RECORD_FIELDS = ("time", "step", "pid", "values")
 
 
 def check_jsonl_tags(option: str, tags: Any) -> dict[str, Any]:
@@ -181,7 +180,7 @@ class JsonlSink:
         record: dict[str, Any] = {"time": time_seconds, "step": step, "pid": pid}
         if self.tags:
             record.update(self.tags)
-        if labels:  # phase markers, a capture's holders (memprobe._jsonl.TEXT_FIELDS)
+        if labels:  # phase markers, a capture's holders (memprobe._jsonl_fields.TEXT_FIELDS)
             record.update(labels)
         record["values"] = values
         if _orjson is not None:
@@ -214,7 +213,7 @@ class JsonlSink:
             record: dict[str, Any] = {"time": time_seconds, "step": step, "pid": pid}
             if self.tags:
                 record.update(self.tags)
-            if labels:  # phase markers, a capture's holders (memprobe._jsonl.TEXT_FIELDS)
+            if labels:  # phase markers, a capture's holders (memprobe._jsonl_fields.TEXT_FIELDS)
                 record.update(labels)
             record["values"] = values
             data = b""  # _encode, inlined: this is every sample's path

@@ -116,7 +116,7 @@ class Row:
             return
         leaking = report.leaking_metrics
         if leaking:
-            self.verdict = "LEAK " + ",".join(m.split("/", 1)[-1] for m in leaking[:2])
+            self.verdict = "LEAK " + ",".join(keys.split_short(m)[1] for m in leaking[:2])
         else:
             v = report.verdicts.get(rss_key)
             self.verdict = STATUS_WORDS.get(v.status, v.status) if v is not None else "-"

@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from . import _kinds
+from ._format import fmt_interval, fmt_value
 from ._scales import duration_words, scale_words
-from .keys import format_culprit, short_key, site_name
+from .keys import format_culprit, short_key, site_name, split_short
 
-__all__ = ["STATUS_WORDS", "Report", "Status", "Verdict", "amount_text"]
+__all__ = ["STATUS_WORDS", "Report", "Status", "Verdict"]
 
 Status = Literal["leak", "slight", "levelled", "ok", "insufficient"]
 
@@ -55,6 +56,7 @@ class Verdict:
     :ivar hours_to_oom: at ``rate_per_hour``, the hours until the process reaches its
         nearest memory limit (:func:`memprobe.oom_headroom`); set by the live alarm
         on ``process/rss_bytes``, None when not growing or unknown.
+    :ivar unit: the metric's declared unit (:class:`memprobe.Metric`), ``"bytes"``...
     """
 
     key: str
@@ -76,6 +78,7 @@ class Verdict:
     span_points: int = 0
     span_seconds: float | None = None
     hours_to_oom: float | None = None
+    unit: str = ""
 
     @property
     def leaking(self) -> bool:
@@ -101,23 +104,20 @@ class Verdict:
     def site(self) -> str | None:
         """For a site or type series (``tracemalloc/top/<site>/size_bytes``), the
         site or type as a report shows it; else None."""
-        _probe, sep, metric = self.metric.partition("/")
-        name = site_name(metric) if sep else None
+        probe, metric = split_short(self.metric)
+        name = site_name(metric) if probe else None
         return format_culprit(name) if name is not None else None
 
     def describe(self) -> str:
         """One line in words: ``process/rss_bytes: leak, +1.1 MiB per episode (+29.5
         MiB/hour), 95% interval +1.0 to +1.2 MiB, over 60 episodes (warm-up 5)``, then
         the kind, the culprits, the note and what holds the leak."""
-        from ._format import fmt_interval
-
-        unit = "bytes" if self.key.endswith("_bytes") else ""
         s = f"{self.metric}: {STATUS_WORDS.get(self.status, self.status)}"
         if self.n_points and self.slope_high:
-            s += f", {amount_text(self.slope_per_step, self.key)} per {self.step}"
+            s += f", {fmt_value(self.slope_per_step, self.unit, signed=True)} per {self.step}"
             if self.rate_per_hour is not None:
-                s += f" ({amount_text(self.rate_per_hour, self.key)}/hour)"
-            s += f", 95% interval {fmt_interval(self.slope_low, self.slope_high, unit)}"
+                s += f" ({fmt_value(self.rate_per_hour, self.unit, signed=True)}/hour)"
+            s += f", 95% interval {fmt_interval(self.slope_low, self.slope_high, self.unit)}"
         if self.span_points:
             s += ", " + scale_words(self.span_points, self.span_seconds, self.step,
                                     self.warmup_points)
@@ -136,11 +136,7 @@ class Verdict:
         return s
 
 
-def amount_text(v: float, key: str) -> str:
-    """An amount of the metric ``key`` measures, signed: ``+1.1 MiB``, ``+3``."""
-    from ._format import fmt_value
 
-    return fmt_value(v, "bytes" if key.endswith("_bytes") else "", signed=True)
 
 
 @dataclass(frozen=True)
@@ -217,7 +213,7 @@ class Report:
             if leaking:
                 lines.append(f"growing {title}:")
                 lines += [
-                    f"  {v.site}: {amount_text(v.slope_per_step, v.key)}/{v.step}"
+                    f"  {v.site}: {fmt_value(v.slope_per_step, v.unit, signed=True)}/{v.step}"
                     for v in leaking[:10]
                 ]
         return "\n".join(lines) if lines else "no metrics to judge"

@@ -28,15 +28,18 @@ from typing import Any
 
 from . import _kinds, _windows
 from ._errors import ConfigError, show
+from ._format import fmt_value
+from ._registry import describe_key, installed_declarations
 from ._sample import Sample
 from ._scales import floor_level, judge_scales
 from ._series import FORECAST, judged_keys, sample_series, site_probe
 from ._tiers import Tiers
-from ._verdict import STATUS_WORDS, Report, Status, Verdict, amount_text
+from ._verdict import STATUS_WORDS, Report, Status, Verdict
 from .keys import (
     DEFAULT_PREFIX,
     format_culprit,
     infer_prefix,
+    key_of,
     make_key,
     short_key,
 )
@@ -103,6 +106,7 @@ def analyze(
     prefix: str = "",
     step: str = "sample",
     min_rate_per_hour: float = 0.0,
+    unit: str | None = None,
 ) -> Verdict:
     """Judge whether the series ``ys`` over ``xs`` (steps) grows.
 
@@ -124,6 +128,8 @@ def analyze(
     :param prefix: the prefix of ``key``, copied into the verdict.
     :param step: what one step is (``"sample"``, ``"call"``), for the reports.
     :param min_rate_per_hour: with ``times``, a slower significant growth is ``"slight"``.
+    :param unit: the metric's unit, copied into the verdict; default: the declaration of
+        ``key`` among the installed probes' (:class:`memprobe.Metric`).
 
     A growth that the warm-up took and that then stopped is ``"levelled"``, with the
     note ``grew X, then stopped``, whatever its size: never ``"slight"`` or ``"ok"``.
@@ -137,12 +143,15 @@ def analyze(
         raise ConfigError("max_points", f"must be an int >= min_points, got {show(max_points)}")
     if times is not None and len(times) != len(xs):
         raise ConfigError("times", f"{key or 'series'}: {len(times)} times for {len(xs)} points")
+    if unit is None:
+        unit = describe_key(key, prefix, installed_declarations()).unit
     n = len(xs)
     k = _warmup_points(warmup, xs, ys, min_points)
     ux, uy = xs[k:], ys[k:]
     used = n - k
     if used < min_points:
-        return Verdict(key, "insufficient", 0.0, 0.0, 0.0, None, used, k, prefix=prefix, step=step)
+        return Verdict(key, "insufficient", 0.0, 0.0, 0.0, None, used, k, prefix=prefix, step=step,
+                       unit=unit)
     rx, ry = bin_medians(ux, uy, max_points)
     slope, low, high, icpt = theil_sen(rx, ry, confidence, autocorrelation=autocorrelation)
     sigma = robust_noise(rx, ry, slope, icpt)
@@ -185,9 +194,9 @@ def analyze(
                 status == "ok" or rise > 4 * growth):
             status = "levelled"
             grew = median(uy[:m]) - min(ys[:m])  # from where it started
-            note = f"grew {amount_text(grew, key).lstrip('+')}, then stopped"
+            note = f"grew {fmt_value(grew, unit)}, then stopped"
     return Verdict(key, status, slope, low, high, rate, used, k, growth, sigma,
-                   note=note, prefix=prefix, step=step)
+                   note=note, prefix=prefix, step=step, unit=unit)
 
 
 # -- many metrics ----------------------------------------------------------------
@@ -283,7 +292,7 @@ def analyze_samples(
     windows = tuple(e for p in ("tracemalloc", "memray")
                     if (e := _windows.window_evidence(series, prefix, p)) is not None)
     if any(e.probe == "tracemalloc" for e in windows):
-        series.pop(make_key(prefix, *_kinds.TRACED.split("/")), None)
+        series.pop(key_of(prefix, _kinds.TRACED), None)
     shorts = {k: short_key(k, prefix) for k in series}
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if metrics is None and _kinds.FILTERED in shorts.values():
@@ -308,13 +317,17 @@ def analyze_samples(
     type_v: list[Verdict] = []
     rate_floor = min_rate_fraction_per_hour * rss_level
 
+    declared = installed_declarations()
+
     def judge(key: str, xs: Sequence[float], ys: Sequence[float], ts: Sequence[float],
               th: float) -> Verdict:
+        unit = describe_key(key, prefix, declared).unit
+        in_bytes = unit == "bytes"
         return analyze(xs, ys, key=key, times=ts, threshold_per_step=th, prefix=prefix,
                        step=step, min_growth=(resident_floor if key in resident else
-                                              floor if key.endswith("_bytes") else
+                                              floor if in_bytes else
                                               count_floor(ys, min_growth_fraction)),
-                       min_rate_per_hour=rate_floor if key.endswith("_bytes") else 0.0,
+                       min_rate_per_hour=rate_floor if in_bytes else 0.0, unit=unit,
                        **options)
 
     for key, short in whole.items():
@@ -335,7 +348,7 @@ def analyze_samples(
     sites_r, types_r = rank(site_v), rank(type_v)
     site_names = tuple(v.site or "" for v in sites_r if v.leaking)
     type_names = tuple(v.site or "" for v in types_r if v.leaking)
-    forecast, rss_v = (series.get(make_key(prefix, *FORECAST.split("/"))),
+    forecast, rss_v = (series.get(key_of(prefix, FORECAST)),
                        verdicts.get(make_key(prefix, "process", "rss_bytes")))
     if forecast and forecast[1][-1] >= 0 and rss_v and rss_v.status in ("leak", "slight"):
         verdicts[rss_v.key] = dataclasses.replace(rss_v, hours_to_oom=forecast[1][-1])

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ._format import fmt_value
-from .keys import is_library_site, site_name
+from .keys import is_library_site, make_key, split_short, split_site, split_site_key
 
 __all__ = ["WINDOW_KEYS", "WindowEvidence", "is_window_site", "window_evidence"]
 
@@ -45,10 +45,10 @@ SITE_SECTIONS = {"tracemalloc": "survivors", "memray": "top"}
 def is_window_site(short: str) -> bool:
     """Whether a key without prefix is a windowed probe's per-site size
     (``tracemalloc/survivors/<site>/size_bytes``, ``memray/top/<site>/size_bytes``)."""
-    probe, _, metric = short.partition("/")
+    probe, metric = split_short(short)
     section = SITE_SECTIONS.get(probe)
-    return (section is not None and metric.startswith(section + "/")
-            and metric.endswith("/size_bytes"))
+    parts = split_site(metric, (section,)) if section is not None else None
+    return parts is not None and parts.stat == "size_bytes"
 
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]
@@ -118,20 +118,19 @@ def window_evidence(series: Series, prefix: str, probe: str = "tracemalloc",
                     ) -> WindowEvidence | None:
     """The evidence of ``probe``'s windows in ``series`` (``{key: (xs, ys, times)}``),
     or None when it did not run windowed."""
-    head = (prefix + "/" if prefix else "") + probe + "/"
-    total = series.get(head + "survivors_bytes")
+    total = series.get(make_key(prefix, probe, "survivors_bytes"))
     if total is None or not len(total[0]):
         return None
     closes = list(total[0])[-_WINDOWS:]
-    w = _steps_per_window(series.get(head + "window_active"))
+    w = _steps_per_window(series.get(make_key(prefix, probe, "window_active")))
     at = {x: i for i, x in enumerate(closes)}
-    section = head + SITE_SECTIONS[probe] + "/"
     sizes: dict[str, list[float]] = {}
     for key, (xs, ys, _ts) in series.items():
-        if not (key.startswith(section) and key.endswith("/size_bytes")):
+        found = split_site_key(key, prefix)
+        if found is None or found[0] != probe:
             continue
-        name = site_name(key[len(head):], (SITE_SECTIONS[probe],))
-        if name is None or name == "other":
+        section, name, stat = found[1]
+        if section != SITE_SECTIONS[probe] or stat != "size_bytes" or name == "other":
             continue
         vals = [float(y) for x, y in zip(xs, ys) if x in at]
         if vals:

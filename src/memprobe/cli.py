@@ -160,11 +160,12 @@ def _progress(i: int, n: int, path: str) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     """``memprobe report``: the text report on stdout, optionally a PNG and an HTML page."""
     from ._outputs import check_outputs, write_file
+    from ._registry import installed_declarations
     from ._render_html import render as render_html
     from ._render_png import pyplot
     from ._render_png import render as render_png
     from ._render_text import render as render_text
-    from ._runs import declarations, load_runs, summarize_all
+    from ._runs import load_runs, summarize_all
 
     if args.ray is not None:
         from ._cli_ray import cmd_report_ray
@@ -182,7 +183,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(f"{PROG}: warning: {safe(message, 1000)}", file=sys.stderr)
 
     runs = load_runs(args.files, on_file=_progress, on_warning=warn)
-    declarations(on_warning=warn)  # the plugins load here: their faults shown, as by run
+    installed_declarations(on_warning=warn)  # the plugins load here: their faults shown, as by run
     if len(args.files) > 1 and sys.stderr.isatty():
         print(file=sys.stderr)
     summaries = summarize_all(runs)
@@ -271,7 +272,7 @@ def cmd_probes(args: argparse.Namespace) -> int:
         rows = [["key", "unit", "kind", "meaning"]]
         for metric, declared in (getattr(info.factory, "metrics", {}) or {}).items():
             m = as_metric(metric, declared)
-            rows.append([safe(f"{keys.prefix_path(keys.DEFAULT_PREFIX)}{name}/{metric}"),
+            rows.append([safe(keys.make_key(keys.DEFAULT_PREFIX, name, metric)),
                          m.unit, m.kind, safe(m.description)])
         if len(rows) > 1:
             print(table(rows, left=4))

@@ -23,7 +23,7 @@ from ._prober import Prober
 from ._sample import Sample
 from ._sitestats import default_filters, site_stats
 from ._verdicts import DEFAULT_METRICS, Report, Verdict, analyze, analyze_samples
-from .keys import make_key
+from .keys import make_key, site_metric
 from .probes.tracemalloc import acquire_tracing, release_tracing
 
 __all__ = [
@@ -147,7 +147,7 @@ def check_leaks(
                         key = site_keys.get(site)
                         if key is None:
                             key = site_keys[site] = make_key(
-                                prefix, "tracemalloc", f"top/{site}/size_bytes")
+                                prefix, "tracemalloc", site_metric("top", site, "size_bytes"))
                         put(key, i, sz)
                     del stats, ranked
                 times[i] = time.time()
@@ -242,7 +242,7 @@ def judge_tolerance(report: Report, metrics: Sequence[str], max_growth: float) -
     verdicts = dict(report.verdicts)
     for m in metrics:
         v = report.get(m)
-        if v is None or not v.key.endswith("_bytes") or v.status not in growing:
+        if v is None or v.unit != "bytes" or v.status not in growing:
             continue
         if v.growth > max_growth:
             kind, culprits, note = classify(v.metric, by_metric, sites, types)
