@@ -9,10 +9,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 from ._alarm_capture import AlarmCapture, captured_kind, captured_names, check_capture_option
+from ._checks import check_int, hint
 from ._errors import ConfigError, LeakWarning, show
 from ._kinds import OBJECT_COUNTS
 from ._oom import hours_to_oom, oom_headroom
-from ._options import check_int, hint
 from ._sample import Number
 from ._series import judged_keys
 from ._tiers import Tiers

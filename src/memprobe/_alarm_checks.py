@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._alarm import LeakAlarm, OnLeak, check_leak_options, check_oom_capture_hours
 from ._alarm_capture import check_capture_option
+from ._checks import check_int
 from ._history import History
 from ._jsonl_fields import HOLDERS
-from ._options import check_int
 from ._sample import Number, Sample
 from .keys import make_key
 

@@ -8,15 +8,9 @@ from typing import Any
 
 import pluggy
 
+from ._checks import check_int, check_seconds
 from ._errors import ConfigError, show
-from ._options import (
-    GUARD_OPTIONS,
-    SCHEDULE_OPTIONS,
-    build,
-    check_int,
-    check_seconds,
-    guard_options,
-)
+from ._options import GUARD_OPTIONS, SCHEDULE_OPTIONS, build, guard_options
 from ._plugins import ProbeInfo, collect_sinks, unknown_probe_error, unknown_sink_error
 from ._registry import Declarations
 from ._scheduled import ScheduledProbe

@@ -15,23 +15,14 @@ import pluggy
 from ._alarm import LeakAlarm, OnLeak
 from ._alarm_checks import AlarmChecks, judge_history, make_alarm
 from ._budget import BudgetSplit
+from ._checks import check_bool, check_fraction, check_int, check_limit, check_seconds
 from ._components import bind_keys, build_probes, build_sinks, declarations, discard
 from ._errors import ConfigError, show
 from ._flatten import SiteKeyCap
 from ._fork import renew_in_child
 from ._history import MAX_HISTORY, History
 from ._hooks import SampleHooks
-from ._options import (
-    ProbesOption,
-    check_bool,
-    check_fraction,
-    check_int,
-    check_limit,
-    check_seconds,
-    check_tags,
-    parse_probes,
-    parse_sinks,
-)
+from ._options import ProbesOption, check_tags, parse_probes, parse_sinks
 from ._overhead import Overhead
 from ._phases import Mark, Phases, check_label
 from ._pid import current_pid

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, TypeVar
 
+from ._checks import hint
 from ._errors import ConfigError
-from ._options import ProbesOption, hint
+from ._options import ProbesOption
 from ._prober import Prober
 
 T = TypeVar("T")
