@@ -22,7 +22,7 @@ from ._errors import MemprobeWarning
 from ._jsonl import JsonlReadError, iter_records
 from ._jsonl_fields import HOLDERS
 from ._phase_growth import PhaseGrowth, mark_times, phase_growth
-from ._registry import describe_key, installed_declarations
+from ._registry import describe_key
 from ._sample import Sample
 from ._verdicts import (
     DEFAULT_METRICS,
@@ -32,7 +32,6 @@ from ._verdicts import (
     analyze_samples,
     format_culprit,
 )
-from .metrics import Metric
 
 #: Samples a verdict needs (the ``min_points`` of :func:`memprobe.analyze`).
 MIN_SAMPLES = inspect.signature(analyze).parameters["min_points"].default
@@ -193,12 +192,6 @@ def _warn(text: str, on_warning: Callable[[str], None] | None) -> None:
         warnings.warn(text, MemprobeWarning, stacklevel=3)
 
 
-# -- units -----------------------------------------------------------------------------------
-def describe(key: str, prefix: str) -> Metric:
-    """The declaration of ``key`` (written under ``prefix``) among the installed probes'."""
-    return describe_key(key, prefix, installed_declarations())
-
-
 # -- summarizing -----------------------------------------------------------------------------
 def _detection_point(xs: list[float], ys: list[float], ts: list[float], key: str) -> int | None:
     """Index of the first prefix of the series (checked at up to 24 lengths) judged a leak."""
@@ -222,7 +215,7 @@ def _suspects(run: ProcessRun, report: Any, n: int = 5) -> tuple[str, list[tuple
     out: list[tuple[str, str]] = []
     for v in (*report.sites, *report.types):
         if v.status == "leak" and len(out) < n:
-            unit = describe(v.key, run.prefix).unit
+            unit = v.unit or describe_key(v.key, run.prefix).unit
             out.append((site_of(v.key, run.prefix),
                         f"growing {fmt(v.slope_per_step, unit, True)}/step"))
     if not out:  # named from what tracing windows or memray saw, not from site series
@@ -280,7 +273,7 @@ def summarize(run: ProcessRun) -> RunSummary:
         if not pts:
             continue
         ys = [float(s.values[key]) for _, s in pts]
-        ms = MetricSummary(key, short, describe(key, run.prefix).unit,
+        ms = MetricSummary(key, short, describe_key(key, run.prefix).unit,
                            ys[0], ys[-1], max(ys), report.verdicts.get(key))
         if ms.leak:
             xs = [float(s.step if s.step is not None else i) for i, s in pts]
