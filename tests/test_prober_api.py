@@ -24,7 +24,7 @@ def test_describe_resolves_every_key_a_prober_emits() -> None:
         assert isinstance(prober.describe(key), memprobe.Metric), key
     d = prober.describe
     assert d("memprobe/driver/process/rss_bytes") == memprobe.Metric(
-        "resident set size", "bytes", "gauge")
+        "resident set size", "bytes", "gauge", judged=True)
     assert d("memprobe/driver/gc/gen2/collected_count").kind == "counter"
     assert d("memprobe/driver/gc/collection_seconds").kind == "interval"
     assert d("memprobe/driver/overhead/gc_seconds") == memprobe.Metric(

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from ._registry import builtin_declarations, growth_kinds, judged_metrics
 from ._windows import WindowEvidence
-from .keys import format_culprit, is_library_site
+from .keys import format_culprit, is_library_site, split_short
 
 __all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
 
@@ -47,7 +47,11 @@ OBJECT_COUNTS = ("objects/total_count", BLOCKS)
 #: ``judged=True`` (:class:`memprobe.Metric`). ``tracemalloc/traced_bytes`` is judged
 #: only when ``tracemalloc/filtered_bytes`` is absent: traced bytes include
 #: memprobe's own allocations.
-DEFAULT_METRICS = judged_metrics(builtin_declarations())
+#: The order reports list them in: whole-process memory first, then what explains it.
+_READING_ORDER = ("process", "tracemalloc", "objects", "gc", "malloc", "smaps")
+DEFAULT_METRICS = tuple(sorted(
+    judged_metrics(builtin_declarations()),
+    key=lambda m: _READING_ORDER.index(split_short(m)[0])))
 
 _FILE_BACKED = ("smaps/file_bytes", "process/shared_bytes")
 #: The kind each judged metric's growth is on its own (its declaration's ``growth``).

@@ -89,7 +89,9 @@ def scale_words(span_points: int, span_seconds: float | None, step: str,
     40)``."""
     points = f"{span_points:,} {step}s"
     warmup = "" if warmup_points is None else f"warm-up {warmup_points}"
-    if span_seconds and span_seconds >= 1:
+    # Under a minute, the count of steps says it better than a few seconds would (and
+    # does not change with the machine's speed).
+    if span_seconds and span_seconds >= 60:
         inside = f"{points}, {warmup}" if warmup else points
         return f"over the last {duration_words(span_seconds)} ({inside})"
     return f"over the last {points}" + (f" ({warmup})" if warmup else "")

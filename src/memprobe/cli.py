@@ -272,7 +272,7 @@ def cmd_probes(args: argparse.Namespace) -> int:
         rows = [["key", "unit", "kind", "meaning"]]
         for metric, declared in (getattr(info.factory, "metrics", {}) or {}).items():
             m = as_metric(metric, declared)
-            rows.append([safe(keys.make_key(keys.DEFAULT_PREFIX, name, metric)),
+            rows.append([safe(keys.pattern_key(keys.DEFAULT_PREFIX, name, metric)),
                          m.unit, m.kind, safe(m.description)])
         if len(rows) > 1:
             print(table(rows, left=4))

@@ -72,6 +72,12 @@ def make_key(prefix: str, probe: str, metric: str) -> str:
     return f"{prefix_path(prefix)}{sanitize_key(probe)}/{sanitize_key(metric)}"
 
 
+def pattern_key(prefix: str, probe: str, pattern: str) -> str:
+    """The keys a declared metric pattern stands for, as the docs and ``memprobe probes``
+    show them: ``memprobe/gc/gen<N>/count`` (the ``<N>`` kept, not sanitized)."""
+    return f"{prefix_path(prefix)}{sanitize_key(probe)}/{pattern}"
+
+
 def split_key(key: str, prefix: str) -> KeyParts:
     """Take ``key`` apart, given the prefix it was built with.
 
