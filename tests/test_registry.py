@@ -6,8 +6,8 @@ import pytest
 
 import memprobe
 from memprobe import metrics
-from memprobe._kinds import DEFAULT_METRICS, KINDS
 from memprobe._registry import builtin_declarations, growth_kinds, judged_metrics
+from memprobe.leak._kinds import DEFAULT_METRICS, KINDS
 
 
 def test_the_judged_metrics_are_the_probes_declarations() -> None:

@@ -1,5 +1,5 @@
 """JsonlSink: the line format (strict JSON of the record, by orjson or by json.dumps),
-the round trip through memprobe._jsonl, {pid} and fork, and failures that turn the
+the round trip through memprobe.report._jsonl, {pid} and fork, and failures that turn the
 sink off."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 import memprobe
 from memprobe import Sample
-from memprobe._jsonl import iter_records, read_samples
 from memprobe._jsonl_fields import RECORD_FIELDS
-from memprobe._sinks import JsonlSink
+from memprobe.engine._sinks import JsonlSink
+from memprobe.report._jsonl import iter_records, read_samples
 
 
 def _no_constants(name: str) -> float:

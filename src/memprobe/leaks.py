@@ -2,7 +2,7 @@
 
 :func:`check_leaks` returns the :class:`~memprobe.Report`; :func:`assert_no_leak`
 raises :class:`~memprobe.LeakError` in a test. Both sit above the Prober; the
-verdicts themselves are :mod:`memprobe._verdicts`, the statistics :mod:`memprobe.trend`.
+verdicts themselves are :mod:`memprobe.leak._verdicts`, the statistics :mod:`memprobe.trend`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._errors import ConfigError, LeakError, show
-from ._kinds import FILTERED, KINDS, classify
-from ._prober import Prober
 from ._sample import Sample
 from ._sitestats import default_filters, site_stats
-from ._verdicts import DEFAULT_METRICS, Report, Verdict, analyze, analyze_samples
+from .engine._prober import Prober
 from .keys import make_key, site_metric
+from .leak._kinds import FILTERED, KINDS, classify
+from .leak._verdicts import DEFAULT_METRICS, Report, Verdict, analyze, analyze_samples
 from .probes.tracemalloc import acquire_tracing, release_tracing
 
 __all__ = [

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import memprobe
-from memprobe._runs import load_runs, summarize
+from memprobe.report._runs import load_runs, summarize
 
 LEAKY_DEFAULT_PROBES = textwrap.dedent(
     """\
@@ -137,7 +137,7 @@ def test_html_shows_everything_the_text_shows(leaky_traced: Path, tmp_path: Path
 def test_plot_labels_stay_inside_their_panel_and_counts_get_integer_ticks(
         leaky_traced: Path) -> None:
     pytest.importorskip("matplotlib")
-    from memprobe._render_png import figure, pyplot
+    from memprobe.report._render_png import figure, pyplot
 
     plt = pyplot()
     summaries = [summarize(r) for r in load_runs([str(leaky_traced / "run.jsonl")])]

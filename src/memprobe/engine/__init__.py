@@ -1,0 +1,1 @@
+"""The Prober and what it calls at each sample: schedule, budget, guards, history, sinks, phases, and the alarm's checks."""
