@@ -140,7 +140,7 @@ def test_without_orjson_the_lines_read_back_the_same(tmp_path) -> None:
     script = (
         "import sys, json, pickle\n"
         "sys.modules['orjson'] = None\n"  # import orjson now raises ImportError
-        "from memprobe import _sinks\n"
+        "from memprobe.engine import _sinks\n"
         "assert _sinks._orjson is None\n"
         "batch, tags = pickle.loads(sys.stdin.buffer.read())\n"
         "sink = _sinks.JsonlSink('/dev/null', tags=tags)\n"
