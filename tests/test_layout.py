@@ -66,13 +66,9 @@ def _graph() -> dict[str, set[str]]:
     mods = {m: p for pkg in (PACKAGE, SRC / "memprobe_ray", SRC / "memprobe_rllib")
             for m, p in _modules(pkg).items()}
     known = set(mods)
-    graph = {m: imports_of(m, p, known) for m, p in mods.items()}
-    # A package's __init__ re-exports its modules: it is at the top, above everything.
-    for face in ("memprobe", "memprobe_ray", "memprobe_rllib"):
-        graph.pop(face, None)
-        for deps in graph.values():
-            deps.discard(face)
-    return graph
+    # A package's __init__ counts like any module: a module that imports its own
+    # package's face, or another's, closes a circle through it.
+    return {m: imports_of(m, p, known) for m, p in mods.items()}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -175,7 +171,7 @@ def test_the_cli_imports_no_private_names_of_other_memprobe_modules() -> None:
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.names:
                 bad += [f"{path.name}:{node.lineno} {a.name}" for a in node.names
-                        if a.name.startswith("_") and a.name != "__future__"]
+                        if a.name.startswith("_") and not a.name.endswith("__")]
     assert not bad, bad
 
 
@@ -215,7 +211,7 @@ UNIT_FROM_NAME = re.compile(r"""endswith\(\s*\(?["']_(?:bytes|seconds)["']""")
 #: Files that split at ``/`` what is not a key, with why.
 SLASH_ALLOWED = {
     "memprobe/keys.py": "the key format's owner",
-    "memprobe_ray/_logs.py": "paths of log files on Ray's nodes, not keys",
+    "memprobe_ray/logs.py": "paths of log files on Ray's nodes, not keys",
 }
 UNIT_ALLOWED = {"memprobe/metrics.py": "the default declaration of an undeclared metric"}
 
@@ -257,7 +253,8 @@ def test_the_source_checks_find_what_they_look_for() -> None:
 
 # -- wings: sub-packages with one-way imports ------------------------------------------
 #: Each wing's rank: a module imports its own wing's modules and lower ranks' only.
-WING_RANK = {"base": 0, "probes": 1, "leak": 2, "engine": 3, "report": 3, "cli": 4, "top": 5}
+WING_RANK = {"base": 0, "probes": 1, "leak": 2, "engine": 3, "report": 3, "cli": 4, "top": 5,
+             "face": 6}
 #: Public modules that keep their public path at the top of the package, by wing.
 PUBLIC_WINGS = {"memprobe.capture": "leak", "memprobe.referrers": "leak",
                 "memprobe.leaks": "top", "memprobe.pytest_plugin": "top",
@@ -269,6 +266,8 @@ def wing_of(module: str) -> str | None:
     parts = module.split(".")
     if parts[0] != "memprobe":
         return None
+    if module == "memprobe":  # the package's face re-exports the public API from below
+        return "face"
     for public, wing in PUBLIC_WINGS.items():
         if module == public or module.startswith(public + "."):
             return wing
@@ -311,7 +310,16 @@ def test_every_private_module_lives_in_a_wing_or_the_base() -> None:
     public modules; the engine, the leak verdicts, the report and the CLI are wings."""
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
     base = {"__init__", "__main__", "_checks", "_entrypoints", "_errors", "_flatten",
-            "_format", "_jsonl_fields", "_keptfd", "_pid", "_plugins", "_registry",
+            "_format", "_jsonl_fields", "_keptfd", "_pid", "_plugins", "_registry", "_version",
             "_sample", "_sitestats", "_tracing", "capture", "hookspecs", "keys", "leaks",
             "metrics", "referrers", "trend"}
     assert set(top) <= base, sorted(set(top) - base)
+
+
+def test_the_version_is_pyprojects() -> None:
+    import tomllib
+
+    import memprobe
+
+    with open(SRC.parent / "pyproject.toml", "rb") as f:
+        assert memprobe.__version__ == tomllib.load(f)["project"]["version"]

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from .leaks import assert_no_leak
     from .leaks import check_leaks
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 # Imported when first used, so that ``import memprobe`` costs only the errors: the
 # Prober, the probes' registry, the verdicts and their statistics load on first use.

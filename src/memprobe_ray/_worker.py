@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 
 import memprobe
 
-from ._logs import session_jsonl_dir
 from ._sink import RayMetricsSink
+from .logs import session_jsonl_dir
 
 F = TypeVar("F")
 

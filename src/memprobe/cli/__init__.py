@@ -39,9 +39,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Memory probes for Python programs: run, report, top, list probes."
     )
-    import memprobe
+    from .._version import __version__
 
-    p.add_argument("--version", action="version", version=f"{PROG} {memprobe.__version__}")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

@@ -32,7 +32,7 @@ def cmd_report_ray(args: argparse.Namespace,
     if args.max_file_mib <= 0:
         raise CliError(f"--max-file-mib must be > 0, got {args.max_file_mib!r}")
     try:
-        import memprobe_ray
+        import memprobe_ray.logs as ray_logs
         import ray  # noqa: F401  (the state API below needs it)
     except ImportError as exc:
         raise CliError(f'--ray needs Ray: pip install "memprobe[ray]" ({exc})') from None
@@ -45,7 +45,7 @@ def cmd_report_ray(args: argparse.Namespace,
 
     with tempfile.TemporaryDirectory(prefix="memprobe-ray-") as tmp:
         try:
-            fetched = memprobe_ray.fetch_jsonl(
+            fetched = ray_logs.fetch_jsonl(
                 tmp, address, max_file_bytes=int(args.max_file_mib * 2**20), on_file=progress)
         except ConnectionError as exc:
             raise CliError(str(exc)) from None
@@ -59,7 +59,7 @@ def cmd_report_ray(args: argparse.Namespace,
                       "(--max-file-mib)")
         if not fetched.files:
             raise CliError(f"no memprobe JSONL on any node of {address or 'the cluster'} "
-                           f"(looked for {memprobe_ray.LOG_FOLDER}/**/*.jsonl* in each "
+                           f"(looked for {ray_logs.LOG_FOLDER}/**/*.jsonl* in each "
                            "node's session log directory)")
         print(f"{PROG}: {len(fetched.files)} files from "
               f"{len({f.node_id for f in fetched.files})} nodes", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""``memprobe top``: the live table of :mod:`memprobe.report._top`, on a terminal or as one snapshot.
+"""``memprobe top``: the live table of the report's board, on a terminal or as one snapshot.
 
 On a terminal the table is drawn again every ``--interval`` seconds until ``q``
 (or Ctrl-C), with `rich <https://github.com/Textualize/rich>`_ when it is
@@ -52,10 +52,10 @@ class _Local:
 class _Ray:
     def __init__(self, address: str | None) -> None:
         try:
-            import memprobe_ray
+            import memprobe_ray.logs as ray_logs
         except ImportError as exc:
             raise CliError(f'--ray needs Ray: pip install "memprobe[ray]" ({exc})') from None
-        self.read_tails = memprobe_ray.read_tails
+        self.read_tails = ray_logs.read_tails
         self.address = address
         self.files = 0
         self.problems: list[str] = []

@@ -111,7 +111,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         f'{PEAK_MARKER}("24 MB"): fail when the traced Python memory rises more than the '
         "limit above the test's start (memprobe)")
-    from .. import ConfigError
+    from .._errors import ConfigError
 
     try:
         s = settings(config.getoption, config.getini)
@@ -147,7 +147,7 @@ def _refusal(item: pytest.Item) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Check every marker's options before any test runs: a fault is a usage error."""
-    from .. import ConfigError
+    from .._errors import ConfigError
 
     if _settings(config).off:
         return
@@ -246,7 +246,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     rep = outcome.get_result()
     if call.when != "call" or call.excinfo is None:
         return
-    from .. import ConfigError, LeakError
+    from .._errors import ConfigError, LeakError
     from ._report import PeakError
 
     exc = call.excinfo.value

@@ -73,7 +73,8 @@ def _native_sites(body: Callable[[], Any], top: int) -> list[str]:
 
 def _leak(nodeid: str, body: Callable[[], Any], opts: dict[str, Any], s: Settings,
           record: Callable[[Judged], None]) -> None:
-    from .. import LeakError, assert_no_leak
+    from .._errors import LeakError
+    from ..leaks import assert_no_leak
 
     __tracebackhide__ = True
     metrics = tuple(opts.get("metrics", DEFAULT_METRICS))
@@ -143,7 +144,8 @@ def _preload() -> None:
     check would walk their blocks again."""
     if _PRELOADED:
         return
-    from .. import Prober, leaks  # noqa: F401
+    from .. import leaks  # noqa: F401
+    from ..engine._prober import Prober
 
     Prober(["process"], load_entrypoints=False).sample()
     _PRELOADED.append(True)

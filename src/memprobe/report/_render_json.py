@@ -85,11 +85,11 @@ def process(summary: RunSummary) -> dict[str, Any]:
 
 def document(summaries: Sequence[RunSummary], files: Sequence[str]) -> dict[str, Any]:
     """The whole report as a JSON-ready dict."""
-    import memprobe
+    from .._version import __version__
 
     return {
         "schema_version": SCHEMA_VERSION,
-        "memprobe_version": memprobe.__version__,
+        "memprobe_version": __version__,
         "files": list(files),
         "leak": any(s.n_leaks for s in summaries),
         "processes": [process(s) for s in summaries],

@@ -19,9 +19,21 @@ its directory. A node that does not answer is listed in
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+__all__ = [
+    "DEFAULT_MAX_FILE_BYTES",
+    "LOG_FOLDER",
+    "FetchedFile",
+    "FetchedJsonl",
+    "Tails",
+    "fetch_jsonl",
+    "ray_logs_dir",
+    "read_tails",
+    "session_jsonl_dir",
+]
 
 #: The folder of the session log directory memprobe writes under.
 LOG_FOLDER = "memprobe"
@@ -283,19 +295,3 @@ def read_tails(address: str | None = None, *, lines: int = 240,
             owner = _owner(name) or n.node_id
             out.files.append((owner, name, bytes(data[-max_file_bytes:])))
     return out
-
-
-def report(address: str | None = None, options: Sequence[str] = ()) -> int:
-    """``memprobe report --ray``: the report of every node's files on stdout; the exit status.
-
-    :param address: the cluster; default: the one this process is connected to.
-    :param options: more options of ``memprobe report``, e.g. ``["--html", "out.html"]``.
-    """
-    from memprobe.cli import main
-
-    if address is None:
-        import ray
-
-        if ray.is_initialized():
-            address = ray.get_runtime_context().gcs_address
-    return main(["report", "--ray", *([address] if address else []), *options])
