@@ -27,6 +27,7 @@ from ._budget import BudgetSplit
 from ._components import bind_keys, build_probes, build_sinks, declarations, discard
 from ._fork import renew_in_child
 from ._history import MAX_HISTORY, History
+from ._own import register as register_own
 from ._hooks import SampleHooks
 from ._options import ProbesOption, check_tags, parse_probes, parse_sinks
 from ._overhead import Overhead
@@ -171,6 +172,9 @@ class Prober:
         self._alarm_checks = None if alarm is None else AlarmChecks(
             alarm, prefix, self.history, self._hooks.failed)
         renew_in_child(self, Prober._renew_in_child)
+        # What this Prober holds (history, tiers, probes' state, sinks' buffers) is
+        # memprobe's: a count of live objects by type leaves it out.
+        register_own(self)
 
     def _renew_in_child(self) -> None:
         """In a forked child: a fresh lock (a parent's thread may have held it), and a
