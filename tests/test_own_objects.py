@@ -6,14 +6,12 @@ the same types leaked by the user still are."""
 from __future__ import annotations
 
 import array
-import gc
 
 import pytest
 
 import memprobe
 from memprobe._own import own_objects, own_type_counts
 from memprobe.capture import CulpritCapture
-from memprobe.referrers import referrer_chains
 from memprobe.probes.objects import ObjectsProbe
 
 #: The user's leak, held at module level (the root a holders walk must name).

@@ -28,8 +28,13 @@ import gc
 import sys
 import types
 import weakref
-from collections import Counter, OrderedDict, defaultdict, deque
-from collections import _count_elements  # type: ignore[attr-defined]
+from collections import (
+    Counter,
+    OrderedDict,
+    _count_elements,  # type: ignore[attr-defined]
+    defaultdict,
+    deque,
+)
 from collections.abc import Iterable
 from typing import Any
 

@@ -27,10 +27,10 @@ from ._budget import BudgetSplit
 from ._components import bind_keys, build_probes, build_sinks, declarations, discard
 from ._fork import renew_in_child
 from ._history import MAX_HISTORY, History
-from ._own import register as register_own
 from ._hooks import SampleHooks
 from ._options import ProbesOption, check_tags, parse_probes, parse_sinks
 from ._overhead import Overhead
+from ._own import register as register_own
 from ._phases import Mark, Phases, check_label
 from ._scheduled import ScheduledProbe
 from ._sink_writer import SinkWriter
