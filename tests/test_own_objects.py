@@ -184,3 +184,18 @@ def test_own_objects_stop_at_the_user_s_callback():
     counts = own_type_counts()
     assert counts[array.array] >= 10
     del prober
+
+
+def test_memprobe_ray_allocations_in_a_library_are_not_the_user_s():
+    """Every memprobe package's allocation made in a library (the Ray integration's JSON
+    through the stdlib) is memprobe's: left out of the user's sites. main left out
+    memprobe's and memprobe_rllib's only, and named the Ray integration's line."""
+    import json.decoder
+    import os
+
+    from memprobe._sitestats import user_site
+
+    ray_file = os.path.join(os.path.dirname(os.path.dirname(memprobe.__file__)),
+                            "memprobe_ray", "__init__.py")
+    lib = (json.decoder.__file__, 7)
+    assert user_site((lib, (ray_file, 12), ("/x/app/a.py", 1))) is None

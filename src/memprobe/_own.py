@@ -38,8 +38,9 @@ from collections import (
 from collections.abc import Iterable
 from typing import Any
 
-#: memprobe's packages (as in :data:`memprobe._sitestats.MEMPROBE_PACKAGES`).
-_PACKAGES = ("memprobe", "memprobe_rllib", "memprobe_ray")
+from ._sitestats import MEMPROBE_PACKAGES
+
+_PACKAGES = MEMPROBE_PACKAGES
 #: Plain containers: walked into when memprobe holds them.
 _CONTAINERS = frozenset({tuple, list, dict, set, frozenset, deque, Counter, OrderedDict,
                          defaultdict, types.CellType, types.SimpleNamespace})
