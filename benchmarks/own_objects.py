@@ -17,10 +17,10 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from interleaved import time_rows  # noqa: E402
+from interleaved import time_rows
 
-import memprobe  # noqa: E402
-from memprobe._own import own_objects, own_type_counts  # noqa: E402
+import memprobe
+from memprobe._own import own_objects, own_type_counts
 
 
 def plain() -> Counter[type]:

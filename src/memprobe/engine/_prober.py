@@ -15,6 +15,7 @@ import pluggy
 from .._checks import check_bool, check_fraction, check_int, check_limit, check_seconds
 from .._errors import ConfigError, show
 from .._flatten import SiteKeyCap
+from .._own import register as register_own
 from .._pid import current_pid
 from .._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
 from .._registry import describe_key
@@ -30,7 +31,6 @@ from ._history import MAX_HISTORY, History
 from ._hooks import SampleHooks
 from ._options import ProbesOption, check_tags, parse_probes, parse_sinks
 from ._overhead import Overhead
-from ._own import register as register_own
 from ._phases import Mark, Phases, check_label
 from ._scheduled import ScheduledProbe
 from ._sink_writer import SinkWriter

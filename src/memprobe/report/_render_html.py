@@ -8,9 +8,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .. import keys
+from ..keys import is_library_site
 from ..leak import _windows
 from ..leak._series import sample_series
-from ..keys import is_library_site
 from ._render_text import HEADER, heading, phase_header, phase_rows, rows, totals
 from ._runs import RunSummary
 
@@ -89,7 +89,7 @@ def _window_stacks(summary: RunSummary) -> tuple[str, list[tuple[str, float]]] |
         return None
     # The growth to explain: the fastest-growing leaking whole-process size.
     rate = max((v.slope_per_step for v in getattr(summary.report, "leaking", ())
-                if v.key.endswith("_bytes")), default=0.0)
+                if v.unit == "bytes"), default=0.0)
     for e in seen:
         # Sites that account for the growth (the loop's counter alive as a window
         # closed is no picture of a leak).
