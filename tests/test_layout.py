@@ -309,7 +309,7 @@ def test_every_private_module_lives_in_a_wing_or_the_base() -> None:
     """The top of the package holds the base (keys, metrics, hookspecs, errors...) and the
     public modules; the engine, the leak verdicts, the report and the CLI are wings."""
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    base = {"__init__", "__main__", "_checks", "_entrypoints", "_errors", "_flatten",
+    base = {"__init__", "__main__", "_checks", "_entrypoints", "_errors", "_flatten", "_own",
             "_format", "_jsonl_fields", "_keptfd", "_pid", "_plugins", "_registry", "_version",
             "_sample", "_sitestats", "_tracing", "capture", "hookspecs", "keys", "leaks",
             "metrics", "referrers", "trend"}

@@ -121,8 +121,7 @@ def is_library(filename: str) -> bool:
 #: memprobe's packages: an allocation whose nearest non-library frame is in one of
 #: them is memprobe's own (its Counter in the stdlib, its lists), never the user's.
 _OWN_DIRS = tuple(
-    os.path.join(os.path.dirname(_MEMPROBE_DIR), name) + os.sep
-    for name in ("memprobe", "memprobe_rllib")
+    os.path.join(os.path.dirname(_MEMPROBE_DIR), name) + os.sep for name in MEMPROBE_PACKAGES
 )
 
 

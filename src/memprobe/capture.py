@@ -15,10 +15,8 @@ early once tracemalloc's own memory passes it.
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import os
-import struct
 import time
 import tracemalloc
 from collections import Counter
@@ -28,6 +26,7 @@ from typing import Any
 
 from ._errors import ConfigError, ProbeError, show
 from ._flatten import SiteMap
+from ._own import own_type_counts
 from ._sitestats import MEMPROBE_PACKAGES, Stats, default_filters, site_stats
 from .keys import shorten_path
 from .probes.memray import MemrayWindow, NativeSite, _memray
@@ -37,9 +36,9 @@ from .referrers import Chain, heap_walk_safe, referrer_chains
 
 
 def _is_own_type(t: type) -> bool:
-    """A type of memprobe's packages, or ``struct.Struct`` (each history layout has one)."""
+    """A type of memprobe's packages (a Verdict the user keeps is still memprobe's)."""
     module = getattr(t, "__module__", "") or ""
-    return module.split(".", 1)[0] in MEMPROBE_PACKAGES or t is struct.Struct
+    return module.split(".", 1)[0] in MEMPROBE_PACKAGES
 
 
 @dataclass(frozen=True)
@@ -125,12 +124,26 @@ _HEAPTYPE = 1 << 9
 _MIN_TYPE_GROWTH = 5
 
 
-def _type_counts() -> Counter[type]:
-    objs = gc.get_objects()
-    try:
-        return Counter(map(type, objs))
-    finally:
-        del objs
+def _type_counts(capture: CulpritCapture) -> Counter[type]:
+    """Live objects by type, memprobe's own (the Prober's history and tiers, this
+    capture's state) left out: they are not the user's, whatever their type."""
+    return own_type_counts((capture,))
+
+
+def _grown_types(before: Counter[type], now: Counter[type],
+                 top: int) -> tuple[list[tuple[str, int]], type | None]:
+    """The ``top`` types with more live objects ``now`` than ``before``, with their growth;
+    and the type whose holders to walk (None: none grew enough)."""
+    deltas = sorted(((t, c - before.get(t, 0)) for t, c in now.items()),
+                    key=lambda tc: (-tc[1], type_name(tc[0])))
+    # Instances of memprobe's classes are never the user's culprit (what memprobe
+    # holds is already left out of both counts, whatever its type).
+    deltas = [(t, d) for t, d in deltas if d > 0 and not _is_own_type(t)][:top]
+    # The holders walk explains a class defined in Python (a heap type): the
+    # C types (containers, functions, weakrefs) grow with any leak and import.
+    grown_type = next((t for t, d in deltas if t.__flags__ & _HEAPTYPE
+                       and d >= _MIN_TYPE_GROWTH), None)
+    return [(type_name(t), d) for t, d in deltas], grown_type
 
 
 @dataclass
@@ -203,9 +216,8 @@ class CulpritCapture:
         # Site names read sysconfig's paths once per process (an import): now, not
         # inside the window.
         shorten_path(__file__)
-        if self.objects and heap_walk_safe():
-            self._types = _type_counts()
-        elif self.objects or self.holders:
+        count_types = self.objects and heap_walk_safe()
+        if not count_types and (self.objects or self.holders):
             self._notes.append("no object counts or holders: the capture runs outside the "
                                "main thread, where a walk of the heap could break the "
                                "main thread's code (CPython)")
@@ -229,6 +241,10 @@ class CulpritCapture:
                     self.abandon()
                     raise
                 self._notes.append(f"no native sites: {exc.message}")
+        if count_types:
+            # Last: what opening the windows made (tracing's state, memray's) is in
+            # the baseline, not counted as grown.
+            self._types = _type_counts(self)
         self._started_at = self.clock()
         return self
 
@@ -246,28 +262,21 @@ class CulpritCapture:
         and one objects sample, plus the referrer walk)."""
         if self._started_at is None:
             raise ProbeError("capture", "finish() called before start()")
+        # Objects first, before this frame makes any: what finish() creates must not
+        # count as grown (so the diff is made in a function of its own: a closure here
+        # would put a cell in this frame before the count).
+        now = _type_counts(self) if self._types is not None else None
         duration = self.clock() - self._started_at
         notes = self._notes
         if tracemalloc.get_tracemalloc_memory() > self.max_overhead_bytes:
             notes.append(f"closed early at {duration:.1f} s: tracemalloc used over "
                          f"{self.max_overhead_bytes} bytes")
-        # Objects first: what finish() itself creates must not count as grown.
         types: list[tuple[str, int]] = []
         grown_type: type | None = None
-        if self._types is not None:
-            now = _type_counts()
-            deltas = sorted(((t, c - self._types.get(t, 0)) for t, c in now.items()),
-                            key=lambda tc: (-tc[1], type_name(tc[0])))
-            # memprobe's own types (its history's layouts) are never the user's culprit.
-            deltas = [(t, d) for t, d in deltas
-                      if d > 0 and not _is_own_type(t)][: self.top]
-            types = [(type_name(t), d) for t, d in deltas]
-            # The holders walk explains a class defined in Python (a heap type): the
-            # C types (containers, functions, weakrefs) grow with any leak and import.
-            grown_type = next((t for t, d in deltas if t.__flags__ & _HEAPTYPE
-                               and d >= _MIN_TYPE_GROWTH), None)
+        if now is not None and self._types is not None:
+            types, grown_type = _grown_types(self._types, now, self.top)
             self._types = None
-            del now, deltas
+            del now
         native: list[NativeSite] = []
         if self._memray is not None:
             window, self._memray = self._memray, None

@@ -17,11 +17,12 @@ import threading
 import time
 import types
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ._errors import ConfigError, show
+from ._own import own_objects
 
 #: memprobe's own frames (a capture, a Prober) are never what holds the user's objects.
 _MEMPROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -254,8 +255,9 @@ def _path(seen: dict[int, tuple[Any, int, str]], top: Any, obj: Any) -> tuple[st
     return (type_name(type(obj)), *reversed(steps))
 
 
-def sample_instances(cls: type | str, n: int) -> list[Any]:
-    """Up to ``n`` live gc-tracked instances of exactly ``cls``, oldest first.
+def sample_instances(cls: type | str, n: int, skip: Container[int] = ()) -> list[Any]:
+    """Up to ``n`` live gc-tracked instances of exactly ``cls``, oldest first, but
+    those whose id is in ``skip``.
 
     ``cls`` may be a type's name as the ``objects`` probe writes it
     (``module.QualName``, builtins bare), as in a verdict's key.
@@ -272,7 +274,7 @@ def sample_instances(cls: type | str, n: int) -> list[Any]:
                     hit = names[t] = type_name(t) == cls
             else:
                 hit = t is cls
-            if hit:
+            if hit and id(o) not in skip:
                 found.append(o)
                 if len(found) >= n:
                     break
@@ -309,11 +311,16 @@ def referrer_chains(
                           f"must be a number > 0, got {show(timeout_seconds)}")
     deadline = time.perf_counter() + timeout_seconds
     gc.collect()  # unreachable cycles are nobody's: do not sample them
+    # memprobe's own objects (a Prober's history arrays, its caches) are neither the
+    # user's instances to explain nor a holder to name; held alive while their ids
+    # are in use.
+    own = own_objects()
+    mine = {id(o) for o in own}
     if isinstance(target, (type, str)):
-        objs = sample_instances(target, samples)
+        objs = sample_instances(target, samples, skip=mine)
     else:
         objs = list(target)[:samples]
-    ignore = {id(objs)}
+    ignore = {id(objs), id(own), id(mine)} | mine
     if isinstance(target, (list, tuple, set, dict)):
         ignore.add(id(target))  # the caller's own container of the objects
     try:
@@ -321,3 +328,4 @@ def referrer_chains(
                 for o in objs]
     finally:
         objs.clear()
+        own.clear()

@@ -15,6 +15,7 @@ import pluggy
 from .._checks import check_bool, check_fraction, check_int, check_limit, check_seconds
 from .._errors import ConfigError, show
 from .._flatten import SiteKeyCap
+from .._own import register as register_own
 from .._pid import current_pid
 from .._plugins import ProbeInfo, collect_probes, get_plugin_manager, unknown_probe_error
 from .._registry import describe_key
@@ -171,6 +172,9 @@ class Prober:
         self._alarm_checks = None if alarm is None else AlarmChecks(
             alarm, prefix, self.history, self._hooks.failed)
         renew_in_child(self, Prober._renew_in_child)
+        # What this Prober holds (history, tiers, probes' state, sinks' buffers) is
+        # memprobe's: a count of live objects by type leaves it out.
+        register_own(self)
 
     def _renew_in_child(self) -> None:
         """In a forked child: a fresh lock (a parent's thread may have held it), and a

@@ -12,7 +12,7 @@ from ..keys import format_culprit, short_key, site_name, split_short
 from . import _kinds
 from ._scales import duration_words, scale_words
 
-__all__ = ["STATUS_WORDS", "Report", "Status", "Verdict"]
+__all__ = ["STATUS_WORDS", "Report", "Status", "Verdict", "confidence_words"]
 
 Status = Literal["leak", "slight", "levelled", "ok", "insufficient"]
 
@@ -57,6 +57,8 @@ class Verdict:
         nearest memory limit (:func:`memprobe.oom_headroom`); set by the live alarm
         on ``process/rss_bytes``, None when not growing or unknown.
     :ivar unit: the metric's declared unit (:class:`memprobe.Metric`), ``"bytes"``...
+    :ivar confidence: of the slope's interval ``[slope_low, slope_high]`` (two-sided),
+        the ``confidence`` option the metric was judged with.
     """
 
     key: str
@@ -79,6 +81,7 @@ class Verdict:
     span_seconds: float | None = None
     hours_to_oom: float | None = None
     unit: str = ""
+    confidence: float = 0.95
 
     @property
     def leaking(self) -> bool:
@@ -117,7 +120,8 @@ class Verdict:
             s += f", {fmt_value(self.slope_per_step, self.unit, signed=True)} per {self.step}"
             if self.rate_per_hour is not None:
                 s += f" ({fmt_value(self.rate_per_hour, self.unit, signed=True)}/hour)"
-            s += f", 95% interval {fmt_interval(self.slope_low, self.slope_high, self.unit)}"
+            s += (f", {confidence_words(self.confidence)} interval "
+                  f"{fmt_interval(self.slope_low, self.slope_high, self.unit)}")
         if self.span_points:
             s += ", " + scale_words(self.span_points, self.span_seconds, self.step,
                                     self.warmup_points)
@@ -136,7 +140,9 @@ class Verdict:
         return s
 
 
-
+def confidence_words(confidence: float) -> str:
+    """A confidence as a percentage: ``95%``, ``99.9%``."""
+    return f"{confidence * 100:.10g}%"
 
 
 @dataclass(frozen=True)

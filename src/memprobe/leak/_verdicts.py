@@ -151,7 +151,7 @@ def analyze(
     used = n - k
     if used < min_points:
         return Verdict(key, "insufficient", 0.0, 0.0, 0.0, None, used, k, prefix=prefix, step=step,
-                       unit=unit)
+                       unit=unit, confidence=confidence)
     rx, ry = bin_medians(ux, uy, max_points)
     slope, low, high, icpt = theil_sen(rx, ry, confidence, autocorrelation=autocorrelation)
     sigma = robust_noise(rx, ry, slope, icpt)
@@ -196,7 +196,7 @@ def analyze(
             grew = median(uy[:m]) - min(ys[:m])  # from where it started
             note = f"grew {fmt_value(grew, unit)}, then stopped"
     return Verdict(key, status, slope, low, high, rate, used, k, growth, sigma,
-                   note=note, prefix=prefix, step=step, unit=unit)
+                   note=note, prefix=prefix, step=step, unit=unit, confidence=confidence)
 
 
 # -- many metrics ----------------------------------------------------------------

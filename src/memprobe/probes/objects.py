@@ -1,4 +1,5 @@
-"""``objects``: live gc-tracked objects by type, and the types that grew."""
+"""``objects``: live gc-tracked objects by type, and the types that grew; memprobe's
+own objects (:mod:`memprobe._own`) are not counted."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from .._errors import ConfigError, show
 from .._flatten import SiteMap
+from .._own import own_type_counts
 from ..hookspecs import hookimpl
 from ..metrics import Metric
 
@@ -36,6 +38,8 @@ def _largest(counts: Mapping[type, int], n: int) -> list[tuple[type, int]]:
 
 class ObjectsProbe:
     """Live gc-tracked objects by type: the total, the top-N types and the top-N by growth.
+    memprobe's own objects (a Prober's history and tiers, this probe's counts) are left
+    out, found by what holds them (:mod:`memprobe._own`), not by their type.
 
     Costly: it walks ``gc.get_objects()``,
     so it is off by default; give it an ``interval_seconds``
@@ -43,8 +47,8 @@ class ObjectsProbe:
     """
 
     metrics = {
-        "total_count": Metric("live gc-tracked objects", "count", judged=True,
-                              growth="objects"),
+        "total_count": Metric("live gc-tracked objects, memprobe's own left out", "count",
+                              judged=True, growth="objects"),
         "types_count": Metric("distinct types among them", "count"),
         "top/<type>/count": Metric("live objects of the type", "count"),
         "growth/<type>/count": Metric(
@@ -74,9 +78,9 @@ class ObjectsProbe:
     def sample(self) -> dict[str, Any]:
         if self.collect:
             gc.collect()
-        objs = gc.get_objects()
-        counts: Counter[type] = Counter(map(type, objs))
-        del objs
+        # memprobe's own objects (the Prober's history and tiers, this probe's counts)
+        # are left out: they are not the user's, whatever their type.
+        counts = own_type_counts()
         out: dict[str, Any] = {"total_count": sum(counts.values()), "types_count": len(counts)}
         if self.top:
             top = _largest(counts, self.top)

@@ -9,6 +9,8 @@ from typing import Any
 
 from .. import keys
 from ..keys import is_library_site
+from ..leak import _windows
+from ..leak._series import sample_series
 from ._render_text import HEADER, heading, phase_header, phase_rows, rows, totals
 from ._runs import RunSummary
 
@@ -30,8 +32,12 @@ _ROW_PX = 22
 
 
 def kept_stacks(summary: RunSummary) -> tuple[str, list[tuple[str, float]]]:
-    """The stacks to draw and their bytes: what the alarm's capture saw kept (tracemalloc's
-    and memray's sites), else what the leaking sites grew by; with a title."""
+    """The stacks to draw and their bytes, with a title; or no stacks, and the title
+    says why there are none (empty when the run does not leak).
+
+    In order: what the alarm's capture saw kept (tracemalloc's and memray's sites);
+    in a run whose verdicts leak, what survived its tracing windows (windowed
+    ``tracemalloc`` or ``memray``), else what the leaking sites grew by."""
     head = keys.prefix_path(summary.run.prefix) + "capture"
     stacks: list[tuple[str, float]] = []
     for sample in summary.run.samples:
@@ -49,12 +55,55 @@ def kept_stacks(summary: RunSummary) -> tuple[str, list[tuple[str, float]]]:
     if stacks:
         return "memory kept, captured when the leak alarm fired", stacks
     report: Any = summary.report
+    if not summary.n_leaks:
+        return "", []
+    windowed = _window_stacks(summary)
+    if windowed is not None:
+        return windowed
     for v in getattr(report, "sites", ()):
         metric = keys.split_short(keys.short_key(v.key, summary.run.prefix))[1]
         name = keys.site_name(metric)
         if v.leaking and name is not None and v.growth > 0:
             stacks.append((name, float(v.growth)))
-    return "memory the leaking sites grew by", stacks
+    if stacks:
+        return "memory the leaking sites grew by", stacks
+    return ("no flame graph: no stacks were recorded for this leak (trace it: the "
+            "tracemalloc probe, tracemalloc windows with window_steps and period_steps, "
+            "or the alarm's capture with on_leak and capture_on_leak)"), []
+
+
+def _window_stacks(summary: RunSummary) -> tuple[str, list[tuple[str, float]]] | None:
+    """What survived the run's tracing windows, by site (the sites the verdicts name:
+    surviving at least half of the last windows), as bytes per window; or why nothing
+    is drawn; None when no probe ran windowed."""
+    prefix = summary.run.prefix
+
+    def keep(key: str) -> bool:
+        short = keys.short_key(key, prefix)
+        return short in _windows.WINDOW_KEYS or _windows.is_window_site(short)
+
+    series, _, _ = sample_series(summary.run.samples, prefix, keep)
+    seen = [e for p in ("tracemalloc", "memray")
+            if (e := _windows.window_evidence(series, prefix, p)) is not None]
+    if not seen:
+        return None
+    # The growth to explain: the fastest-growing leaking whole-process size.
+    rate = max((v.slope_per_step for v in getattr(summary.report, "leaking", ())
+                if v.unit == "bytes"), default=0.0)
+    for e in seen:
+        # Sites that account for the growth (the loop's counter alive as a window
+        # closed is no picture of a leak).
+        if e.sites and e.explains(rate):
+            return (f"memory surviving the {e.probe} windows (the median of the last "
+                    f"{e.windows}, bytes per window of {e.steps_per_window:g} steps)",
+                    [(site, per_step * e.steps_per_window) for site, per_step in e.sites])
+    names = " and ".join(f"{e.windows} {e.probe} window" + ("s" if e.windows != 1 else "")
+                         for e in seen)
+    return (f"no flame graph: no site's allocations survived half of the last {names} "
+            f"at the rate the leak grows ({seen[0].describe(rate)}): what grows is not "
+            "allocated by the traced code inside the windows (native memory, or a leak "
+            "between windows); the alarm's capture (on_leak with capture_on_leak, "
+            "native=True for memray) records its stacks"), []
 
 
 def _frame_class(frame: str) -> str:
@@ -144,6 +193,8 @@ def render(summaries: Sequence[RunSummary], png: bytes | None, files: Sequence[s
         if stacks:
             parts.append(f"<h3>{e(title)} (user frame on top)</h3>")
             parts.append(flame_graph(stacks))
+        elif title:
+            parts.append(f"<p class='note flame-none'>{e(title)}</p>")
         if s.holders:
             parts.append("<h3>held by (referrer chains walked when the leak alarm fired)</h3><ul>")
             parts += [f"<li><code>{e(chain)}</code></li>" for chain in s.holders]
