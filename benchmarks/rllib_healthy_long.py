@@ -172,13 +172,13 @@ def replay_process(samples: list[Any], prefix: str, role: str, flush_after: list
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, s in enumerate(samples):
-            if s.values and all(k.startswith(capture_head) for k in s.values):
-                continue  # a capture's line: written to the sinks, never in the history
-            history.append(s.time_seconds, s.step, s.pid, s.values)
-            keys_seen.update(s.values)
-            before = alarm.latest
-            checks.after_sample(s.time_seconds, s.step, s.pid)
-            n_checks += alarm.latest is not before
+            # A capture's line is written to the sinks, never put in the history.
+            if not (s.values and all(k.startswith(capture_head) for k in s.values)):
+                history.append(s.time_seconds, s.step, s.pid, s.values)
+                keys_seen.update(s.values)
+                before = alarm.latest
+                checks.after_sample(s.time_seconds, s.step, s.pid)
+                n_checks += alarm.latest is not before
             while next_flush is not None and i >= next_flush:
                 iteration += 1
                 values = leak.values(keys_seen)
@@ -246,13 +246,16 @@ def differences(live: list[dict[str, float]],
                 replayed: list[dict[str, float]]) -> list[tuple[int, dict[str, Any]]]:
     """The iterations (1-based) whose live leak keys the replay does not give again, with
     ``{key: (live, replayed)}``: a key of the live result missing or 0.1% off, or a key
-    the live result lacks.
+    the live result lacks; an iteration only one of them has: ``{"iteration": (in live,
+    in replayed)}``.
 
     Not compared: ``hours_to_oom``, a forecast against the memory this machine had
     free at the time; and, once the alarm is raised, the culprits the live alarm's
     capture named (the replay opens no capture: it would trace the replaying process).
     """
-    out = []
+    out: list[tuple[int, dict[str, Any]]] = [
+        (i, {"iteration": (i <= len(live), i <= len(replayed))})
+        for i in range(min(len(live), len(replayed)) + 1, max(len(live), len(replayed)) + 1)]
     for i, (a, b) in enumerate(zip(live, replayed), 1):
         diff = {k: (v, b.get(k)) for k, v in a.items()
                 if k not in ("rss_bytes", "hours_to_oom")
