@@ -165,6 +165,7 @@ def replay_process(samples: list[Any], prefix: str, role: str, flush_after: list
     alarms: list[int] = []
     details: dict[int, list[str]] = {}
     per_iteration: list[dict[str, float]] = []  # the leak keys RLlib read, per iteration
+    leaking: dict[str, list[int]] = {}  # key -> iterations of the checks judging it leaking
     n_checks = 0
     iteration = 0
     flushes = iter(flush_after)
@@ -178,7 +179,10 @@ def replay_process(samples: list[Any], prefix: str, role: str, flush_after: list
                 keys_seen.update(s.values)
                 before = alarm.latest
                 checks.after_sample(s.time_seconds, s.step, s.pid)
-                n_checks += alarm.latest is not before
+                if alarm.latest is not before:
+                    n_checks += 1
+                    for v in alarm.latest.leaking:  # judged leaking, confirmed or not
+                        leaking.setdefault(v.key, []).append(iteration + 1)
             while next_flush is not None and i >= next_flush:
                 iteration += 1
                 values = leak.values(keys_seen)
@@ -190,6 +194,7 @@ def replay_process(samples: list[Any], prefix: str, role: str, flush_after: list
                 next_flush = next(flushes, None)
     latest = alarm.latest.verdicts if alarm.latest is not None else {}
     return {"alarms": alarms, "details": details, "checks": n_checks, "keys": per_iteration,
+            "leaking": leaking,
             "fired": [v.describe() for v in fired],
             "final": {k: v.describe() for k, v in latest.items() if v.status != "ok"}}
 
@@ -272,25 +277,34 @@ def agreement(live: list[dict[str, float]], replayed: list[dict[str, float]]) ->
     return f"{len(live) - len(differences(live, replayed))} of {len(live)}"
 
 
+def _n_leaking(replayed: dict[str, Any]) -> Any:
+    """Checks that judged some metric leaking (confirmed or not), or ``-``."""
+    if "leaking" not in replayed:
+        return "-"
+    return len({it for its in replayed["leaking"].values() for it in its})
+
+
 def print_table(results: list[dict[str, Any]], check_every: list[int]) -> None:
     """A Markdown table: run kind x leak_check_every -> alarms."""
     print("| run | leak_check_every | iterations alarmed, EnvRunner 1 (replay) | "
           "driver (replay) | alarms fired (EnvRunner / driver) | checks (EnvRunner / driver) "
+          "| checks judging a leak, unconfirmed (EnvRunner / driver) "
           "| iterations | EnvRunner rss start → end (MiB) | EnvRunner samples | wall time (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         er = r["rss"].get("env_runner 1", {})
         rss = (f"{er['start'] / 2**20:.0f} → {er['end'] / 2**20:.0f}" if er else "-")
         live = r["live"]
         print(f"| {r['case']} | 20, live | {len(live['env_runner 1'])} | {len(live['driver'])} "
-              f"| - | - | {r['iterations']} | {rss} | {er.get('samples', '-')} "
+              f"| - | - | - | {r['iterations']} | {rss} | {er.get('samples', '-')} "
               f"| {r['seconds']} |")
         for k in check_every:
             rep = r["replay"][str(k)]
             e, d = rep.get("env_runner 1", {}), rep.get("driver", {})
             print(f"| {r['case']} | {k} | {len(e.get('alarms', []))} | {len(d.get('alarms', []))} "
                   f"| {len(e.get('fired', []))} / {len(d.get('fired', []))} "
-                  f"| {e.get('checks', '-')} / {d.get('checks', '-')} | {r['iterations']} "
+                  f"| {e.get('checks', '-')} / {d.get('checks', '-')} "
+                  f"| {_n_leaking(e)} / {_n_leaking(d)} | {r['iterations']} "
                   f"| {rss} | {er.get('samples', '-')} | - |")
 
 
@@ -308,6 +322,9 @@ def replay(out: str, check_every: list[int], cases: list[str]) -> list[dict[str,
                 for it, raised in rep["details"].items():
                     print(f"{case} leak_check_every={k} {proc} iteration {it}: {raised}",
                           file=sys.stderr)
+                for key, its in rep["leaking"].items():
+                    print(f"{case} leak_check_every={k} {proc} judged {key} leaking at the "
+                          f"checks of iterations {its}", file=sys.stderr)
                 for text in rep["fired"]:
                     print(f"{case} leak_check_every={k} {proc} fired: {text}", file=sys.stderr)
                 for text in rep["final"].values():
