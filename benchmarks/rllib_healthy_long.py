@@ -1,7 +1,8 @@
 """False alarms of the live RLlib leak alarm on long healthy runs, at every ``leak_check_every``.
 
 Run (live, then replay): ``flock /tmp/ray.lock python benchmarks/rllib_healthy_long.py
-[--case healthy churn bounded_cache] [--iterations 100] [--steps 2000] [--out /tmp/rllong]``;
+[--case healthy churn bounded_cache] [--iterations 100] [--steps 2000] [--out /tmp/rllong]
+[--live-check-every N]``;
 replay only: ``python benchmarks/rllib_healthy_long.py --replay /tmp/rllong
 [--check-every 2 5 20]``.
 
@@ -62,7 +63,8 @@ def _section(result: dict[str, Any], where: str | None) -> dict[str, Any]:
 
 
 # -- live runs ---------------------------------------------------------------------------
-def live_run(case: str, iterations: int, steps: int, out: str, seed: int = 0) -> dict[str, Any]:
+def live_run(case: str, iterations: int, steps: int, out: str, seed: int = 0,
+             leak_check_every: int | None = None) -> dict[str, Any]:
     """One PPO run of ``iterations``; its JSONL and ``iterations.jsonl`` in ``out/case``."""
     from ray.rllib.algorithms.ppo import PPOConfig
     from rllib_field_envs import CASES
@@ -75,7 +77,9 @@ def live_run(case: str, iterations: int, steps: int, out: str, seed: int = 0) ->
     os.makedirs(logdir, exist_ok=True)
     for old in glob.glob(os.path.join(logdir, "*.jsonl")):
         os.remove(old)
-    cls = MemoryProbeCallback.configure(jsonl=logdir)
+    options: dict[str, Any] = {} if leak_check_every is None else {
+        "leak_check_every": leak_check_every}
+    cls = MemoryProbeCallback.configure(jsonl=logdir, **options)
     config = (PPOConfig().environment(env)
               .env_runners(num_env_runners=1)
               .training(train_batch_size=steps, minibatch_size=256, num_epochs=1)
@@ -223,7 +227,8 @@ def replay_case(logdir: str, check_every: list[int]) -> dict[str, Any]:
     out: dict[str, Any] = {"case": os.path.basename(logdir.rstrip("/")),
                            "iterations": len(rows), "seconds": meta.get("seconds"),
                            "live": live_alarms(logdir), "replay": {}, "rss": {},
-                           "agree": {}}
+                           "agree": {}, "live_every": meta.get(
+                               "leak_check_every", CallbackOptions().leak_check_every)}
     for path in sorted(glob.glob(os.path.join(logdir, "memprobe-*.jsonl"))):
         role = os.path.basename(path).split("-")[1]
         proc = {"env_runner": "env_runner 1", "driver": "driver"}.get(role)
@@ -241,7 +246,7 @@ def replay_case(logdir: str, check_every: list[int]) -> dict[str, Any]:
         for k in check_every:
             out["replay"].setdefault(str(k), {})[proc] = replay_process(
                 samples, prefix, role, flush, k)
-        live_every = meta.get("leak_check_every", CallbackOptions().leak_check_every)
+        live_every = out["live_every"]
         out["agree"][proc] = agreement([r[proc] for r in rows], replay_process(
             samples, prefix, role, flush, live_every)["keys"])
     return out
@@ -295,7 +300,8 @@ def print_table(results: list[dict[str, Any]], check_every: list[int]) -> None:
         er = r["rss"].get("env_runner 1", {})
         rss = (f"{er['start'] / 2**20:.0f} → {er['end'] / 2**20:.0f}" if er else "-")
         live = r["live"]
-        print(f"| {r['case']} | 20, live | {len(live['env_runner 1'])} | {len(live['driver'])} "
+        print(f"| {r['case']} | {r['live_every']}, live | {len(live['env_runner 1'])} "
+              f"| {len(live['driver'])} "
               f"| - | - | - | {r['iterations']} | {rss} | {er.get('samples', '-')} "
               f"| {r['seconds']} |")
         for k in check_every:
@@ -341,7 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--steps", type=int, default=2000, help="train_batch_size")
     ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "rllong"))
-    ap.add_argument("--check-every", type=int, nargs="+", default=[2, 5, 20])
+    ap.add_argument("--check-every", type=int, nargs="+", default=[2, 5, 20],
+                    help="leak_check_every of the replays")
+    ap.add_argument("--live-check-every", type=int, default=None,
+                    help="leak_check_every of the live runs (default: the adapter's)")
     ap.add_argument("--replay", metavar="DIR",
                     help="replay the runs recorded in DIR (no Ray), print the table")
     args = ap.parse_args(argv)
@@ -357,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
              runtime_env={"env_vars": {"PYTHONPATH": path}})
     try:
         for case in args.case:
-            r = live_run(case, args.iterations, args.steps, args.out)
+            r = live_run(case, args.iterations, args.steps, args.out,
+                         leak_check_every=args.live_check_every)
             print(f"{case}: {args.iterations} iterations in {r['seconds']:.0f} s; live alarms "
                   f"{live_alarms(os.path.join(args.out, case))}", flush=True)
     finally:
