@@ -17,7 +17,7 @@ an iteration alarms when a ``suspect`` key is 1 or a ``culprit`` key is there.
 
 **Replay.** Each process's recorded JSONL is fed, sample by sample, through the
 adapter's own judging: a :class:`memprobe.History` of the adapter's ``history``
-(200), the Prober's leak alarm (``memprobe._alarm_checks.AlarmChecks`` around a
+(200), the Prober's leak alarm (``memprobe.engine._alarm_checks.AlarmChecks`` around a
 :class:`memprobe.LeakAlarm` with the adapter's ``alarm_options`` and
 ``leak_confirmations``) at each ``--check-every``, and the adapter's
 :class:`memprobe_rllib._leak.LeakState` read, as RLlib reads it, once per
@@ -143,8 +143,8 @@ def replay_process(samples: list[Any], prefix: str, role: str, flush_after: list
     :returns: ``alarms`` (iterations whose keys carry an alarm, 1-based), ``fired``
         (the alarm's confirmed verdicts), ``checks``.
     """
-    from memprobe._alarm_checks import AlarmChecks, make_alarm
-    from memprobe._history import History
+    from memprobe.engine._alarm_checks import AlarmChecks, make_alarm
+    from memprobe.engine._history import History
     from memprobe_rllib import CallbackOptions
     from memprobe_rllib._leak import LeakState
 
@@ -165,6 +165,7 @@ def replay_process(samples: list[Any], prefix: str, role: str, flush_after: list
     checks = AlarmChecks(alarm, prefix, history, failed)
     leak.prober = _Replayed(history, alarm)
     capture_head = prefix + "/capture/"
+    head = prefix + "/leak/"  # the leak keys: memprobe/leak/..., memprobe/driver/leak/...
     keys_seen: set[str] = set()
     alarms: list[int] = []
     details: dict[int, list[str]] = {}
@@ -190,8 +191,8 @@ def replay_process(samples: list[Any], prefix: str, role: str, flush_after: list
             while next_flush is not None and i >= next_flush:
                 iteration += 1
                 values = leak.values(keys_seen)
-                per_iteration.append({k[len(leak._head):]: v for k, v in values.items()})
-                raised = alarm_keys(values, leak._head)
+                per_iteration.append({k[len(head):]: v for k, v in values.items()})
+                raised = alarm_keys(values, head)
                 if raised:
                     alarms.append(iteration)
                     details[iteration] = raised

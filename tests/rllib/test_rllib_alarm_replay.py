@@ -15,7 +15,7 @@ pytest.importorskip("ray.rllib")
 
 import memprobe
 from memprobe_rllib import CallbackOptions
-from memprobe_rllib._callback import ProcessProber
+from memprobe_rllib._process import ProcessProber
 
 pytestmark = pytest.mark.rllib
 BENCHMARKS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
