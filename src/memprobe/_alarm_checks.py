@@ -8,11 +8,19 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._alarm import LeakAlarm, OnLeak, check_leak_options, check_oom_capture_hours
+from ._alarm import (
+    LeakAlarm,
+    OnLeak,
+    check_leak_options,
+    check_memory_bytes,
+    check_oom_capture_hours,
+    feed_tiers,
+)
 from ._alarm_capture import check_capture_option
 from ._history import History
 from ._options import check_int
 from ._sample import Number, Sample
+from ._tiers import Tiers
 from .keys import make_key
 
 if TYPE_CHECKING:
@@ -41,10 +49,12 @@ def make_alarm(on_leak: OnLeak | None, check_every: int, confirmations: int,
 
 
 def judge_history(history: History, lock: contextlib.AbstractContextManager[Any], prefix: str,
-                  alarm: LeakAlarm | None, /, **options: Any) -> Report:
+                  alarm: LeakAlarm | None, /, feed: TierFeed | None = None,
+                  **options: Any) -> Report:
     """Leak verdicts on ``history``, judged with ``prefix`` (``Prober.report()``), read
-    under ``lock``; with the Prober's ``alarm``, at every time scale of the alarm's
-    tiers (the whole run), with its forecast of the time to out-of-memory.
+    under ``lock``; at every time scale of the alarm's tiers or, without an alarm, of
+    ``feed``'s (the whole run); with the alarm, with its forecast of the time to
+    out-of-memory.
 
     Options go to :func:`memprobe.analyze_samples` (``thresholds``,
     ``warmup``, ``min_points``...).
@@ -54,10 +64,68 @@ def judge_history(history: History, lock: contextlib.AbstractContextManager[Any]
     options.setdefault("prefix", prefix)
     keep = judged_keys(options["prefix"], options.get("metrics"), options.get("sites", True))
     with lock:  # the history is read as it is judged, one sample at a time
-        if alarm is None or options["prefix"] != prefix:
+        if options["prefix"] != prefix:
+            return analyze_samples(history.select(keep), **options)
+        if alarm is None:
+            if feed is not None and options.get("metrics") is None:
+                options.setdefault("tiers", feed.absorb())
             return analyze_samples(history.select(keep), **options)
         options.setdefault("tiers", alarm.absorb(history, prefix))
         return alarm.forecast(analyze_samples(history.select(keep), **options))
+
+
+class TierFeed:
+    """The tiers of a Prober without a leak alarm, so that ``prober.report()`` judges
+    every time scale of the whole run, as the alarm does, in the same bounded memory
+    (:data:`memprobe._tiers.BYTES_PER_SERIES` per metric).
+
+    The judged metrics of the samples are fed in batches (:attr:`every` samples, fewer
+    than the history holds), before the history drops them. What feeding keeps (the
+    tiers' arrays, allocated at the first batch) is counted as memprobe's own memory
+    (``overhead/check_retained_bytes`` in the next sample), as a leak check's is.
+    """
+
+    def __init__(self, prefix: str, history: History) -> None:
+        self.prefix = prefix
+        self._history = history
+        self.every = max(1, min(50, history.maxlen // 2))
+        self.tiers = Tiers()
+        self._new = 0  # samples since the last batch
+        self.retained = 0
+        self.retained_due = False
+        self._key_retained = make_key(prefix, "overhead", "check_retained_bytes")
+
+    def after_sample(self) -> None:
+        """Count one sample; feed a batch when one is due."""
+        self._new += 1
+        if self._new >= self.every:
+            self.absorb()
+
+    def absorb(self) -> Tiers:
+        """Feed the samples since the last batch; returns the tiers."""
+        new = self._new
+        if new:
+            self._new = 0
+            before = check_memory_bytes()
+            feed_tiers(self.tiers, self._history, self.prefix, new, None)
+            after = check_memory_bytes()
+            if before and after and after != before:
+                self.retained = max(0, self.retained + after - before)
+                self.retained_due = True
+        return self.tiers
+
+    def add_retained(self, values: dict[str, Number]) -> None:
+        """After a batch kept memory: ``overhead/check_retained_bytes`` into ``values``."""
+        if self.retained_due:
+            self.retained_due = False
+            values[self._key_retained] = self.retained
+
+    def reset(self) -> None:
+        """Forget every sample (a forked child judges its own samples only)."""
+        self.tiers = Tiers()
+        self._new = 0
+        self.retained = 0
+        self.retained_due = False
 
 
 class AlarmChecks:
@@ -109,7 +177,7 @@ class AlarmChecks:
 
     def report(self, **options: Any) -> Report:
         return judge_history(self._history, contextlib.nullcontext(), self.prefix, self.alarm,
-                             **options)
+                             None, **options)
 
     def _check_leaks(self, alarm: LeakAlarm) -> None:
         """The leak alarm's check: never raises into the caller's loop.

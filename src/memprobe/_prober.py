@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pluggy
 
 from ._alarm import LeakAlarm, OnLeak
-from ._alarm_checks import AlarmChecks, judge_history, make_alarm
+from ._alarm_checks import AlarmChecks, TierFeed, judge_history, make_alarm
 from ._budget import BudgetSplit
 from ._components import bind_keys, build_probes, build_sinks, describe_key, discard
 from ._errors import ConfigError, show
@@ -178,6 +178,8 @@ class Prober:
         self._phases = Phases()
         self._alarm_checks = None if alarm is None else AlarmChecks(
             alarm, prefix, self.history, self._hooks.failed)
+        # Without an alarm, report() still judges every time scale of the whole run.
+        self._tier_feed = TierFeed(prefix, self.history) if alarm is None else None
         renew_in_child(self, Prober._renew_in_child)
 
     def _renew_in_child(self) -> None:
@@ -189,6 +191,8 @@ class Prober:
         self.history.clear()
         if self._alarm_checks is not None:
             self._alarm_checks.reset()
+        if self._tier_feed is not None:
+            self._tier_feed.reset()
         self._overhead.reset()
 
     @property
@@ -369,8 +373,11 @@ class Prober:
         ``memprobe_sample_end`` hooks, the leak alarm."""
         self._overhead.add_values(values, t0, _perf_counter())
         checks = self._alarm_checks
+        feed = self._tier_feed
         if checks is not None:
             checks.add_check_retained(values)
+        elif feed is not None and feed.retained_due:
+            feed.add_retained(values)
         now = _time()
         pid = current_pid()
         self.history.append(now, step, pid, values)
@@ -384,6 +391,8 @@ class Prober:
             line = checks.after_sample(now, step, pid)  # a capture's culprits
             if line is not None:
                 self._sinks.write(line)
+        elif feed is not None:
+            feed.after_sample()
         return values
 
     def _fail(self, sp: ScheduledProbe, exc: BaseException, where: str,
@@ -487,7 +496,8 @@ class Prober:
         Options go to :func:`memprobe.analyze_samples` (``thresholds``,
         ``warmup``, ``min_points``...).
         """
-        return judge_history(self.history, self._lock, self.prefix, self.alarm, **options)
+        return judge_history(self.history, self._lock, self.prefix, self.alarm,
+                             self._tier_feed, **options)
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` for one metric over ``history``; x is the step, or the sample index."""
