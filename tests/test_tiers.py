@@ -116,3 +116,26 @@ def test_the_alarm_and_a_report_on_every_sample_judge_the_same_tiers() -> None:
     assert live.status == "leak" and abs(live.slope_per_step - 300) < 30, live.describe()
     assert live.span_points > 1000  # judged beyond the 100 samples the history holds
     assert fired and fired[0] > 2000
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 1500), min_size=1, max_size=12), st.randoms(use_true_random=False))
+def test_extending_by_batches_is_appending_each_point(batches: list[int], rng) -> None:
+    """``extend`` (in slices, for a batch of samples) leaves the series as ``append`` of
+    each point would: the raw points, every tier, the bins pending."""
+    one, batched = TieredSeries(), TieredSeries()
+    n = 0
+    for m in batches:
+        xs = [float(n + i) for i in range(m)]
+        ts = [1000.0 + 0.5 * x for x in xs]
+        ys = [rng.uniform(-1e9, 1e9) for _ in xs]
+        for x, t, y in zip(xs, ts, ys):
+            one.append(x, t, y)
+        batched.extend(xs, ts, ys)
+        n += m
+    assert batched.count == one.count == n
+    assert batched.raw.points() == one.raw.points()
+    assert [t.points() for t in batched.tiers] == [t.points() for t in one.tiers]
+    assert batched.pushes == one.pushes
+    assert [(p.n, list(p.ys)[:p.n]) for p in batched._pending] == \
+        [(p.n, list(p.ys)[:p.n]) for p in one._pending]

@@ -175,9 +175,10 @@ class LeakAlarm:
         self._counted = -evidence_samples  # the sample count at the last counted check
         self.latest: Report | None = None
         self.alarmed: set[str] = set()
-        # key -> (leaking checks in a row, the sample count at the first of them, the
-        # samples that first one's scale spanned)
-        self._streak: dict[str, tuple[int, int, int]] = {}
+        # key -> (leaking checks in a row, the sample count at the first leaking check
+        # since two healthy ones in a row, the samples its scale spanned, 1 after one
+        # healthy check)
+        self._streak: dict[str, tuple[int, int, int, int]] = {}
         self._samples = 0
         capture_options = check_capture_option(capture)
         self._capture = None if capture_options is None else AlarmCapture(capture_options)
@@ -285,12 +286,15 @@ class LeakAlarm:
         leaking = report.leaking
         streak, now = self._streak, self._samples
         self._streak = {}
+        for key, (_, since, span, misses) in streak.items():
+            if not misses and key in report.verdicts:  # one healthy check: kept, not counted
+                self._streak[key] = (0, since, span, 1)
         for v in leaking:
-            checks, since, span = streak.get(v.key, (0, now, v.span_points))
-            self._streak[v.key] = (checks + 1, since, span)
+            checks, since, span, _ = streak.get(v.key, (0, now, v.span_points, 0))
+            self._streak[v.key] = (checks + 1, since, span, 0)
         fired = []
         for v in leaking:
-            checks, since, span = self._streak[v.key]
+            checks, since, span, _ = self._streak[v.key]
             if (v.key in self.alarmed or checks < self._needed(v)
                     or now - since < min(PERSISTENCE * span, PERSISTENCE_SAMPLES)):
                 continue

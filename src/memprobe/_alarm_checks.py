@@ -16,6 +16,7 @@ from ._alarm import (
     check_oom_capture_hours,
     feed_tiers,
 )
+from . import _kinds
 from ._alarm_capture import check_capture_option
 from ._history import History
 from ._options import check_int
@@ -67,48 +68,68 @@ def judge_history(history: History, lock: contextlib.AbstractContextManager[Any]
         if options["prefix"] != prefix:
             return analyze_samples(history.select(keep), **options)
         if alarm is None:
-            if feed is not None and options.get("metrics") is None:
+            if feed is not None:
                 options.setdefault("tiers", feed.absorb())
             return analyze_samples(history.select(keep), **options)
         options.setdefault("tiers", alarm.absorb(history, prefix))
         return alarm.forecast(analyze_samples(history.select(keep), **options))
 
 
+#: What a Prober without a leak alarm keeps at every time scale: the resident sizes
+#: (what runs out of memory). Its other metrics are judged on its history: feeding all
+#: of them (6 with the default probes) from the history cost a default sample ~7.7 µs
+#: more (+60%), the resident size alone from the history ~4.7 µs; as below, ~2 µs
+#: (docs/performance.md).
+FED = tuple(f"process/{m}" for m in _kinds.RESIDENT)
+#: What the verdicts subtract from the resident size as memprobe's own memory.
+OWN = ("tracemalloc/overhead_bytes", _kinds.TRACED, _kinds.FILTERED,
+       "overhead/check_retained_bytes")
+
+
 class TierFeed:
     """The tiers of a Prober without a leak alarm, so that ``prober.report()`` judges
-    every time scale of the whole run, as the alarm does, in the same bounded memory
+    every time scale of the whole run for the resident sizes (:data:`FED`), as the
+    alarm does, in the same bounded memory
     (:data:`memprobe._tiers.BYTES_PER_SERIES` per metric).
 
-    The judged metrics of the samples are fed in batches (:attr:`every` samples, fewer
-    than the history holds), before the history drops them. What feeding keeps (the
-    tiers' arrays, allocated at the first batch) is counted as memprobe's own memory
+    Each sample's resident sizes and own-memory keys are taken as it is made and fed
+    in batches of :attr:`every` samples. What feeding keeps (the tiers' arrays,
+    allocated at the first batch) is counted as memprobe's own memory
     (``overhead/check_retained_bytes`` in the next sample), as a leak check's is.
     """
 
-    def __init__(self, prefix: str, history: History) -> None:
+    every = 50
+
+    def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self._history = history
-        self.every = max(1, min(50, history.maxlen // 2))
         self.tiers = Tiers()
-        self._new = 0  # samples since the last batch
+        self._fed = frozenset(make_key(prefix, *m.split("/")) for m in FED)
+        self._read = (*self._fed, *(make_key(prefix, *m.split("/")) for m in OWN))
+        self._batch: list[Sample] = []  # the samples since the last batch, those keys only
         self.retained = 0
         self.retained_due = False
         self._key_retained = make_key(prefix, "overhead", "check_retained_bytes")
 
-    def after_sample(self) -> None:
-        """Count one sample; feed a batch when one is due."""
-        self._new += 1
-        if self._new >= self.every:
+    def after_sample(self, values: dict[str, Number], now: float, step: int | None,
+                     pid: int) -> None:
+        """Take one sample's keys; feed a batch when one is due."""
+        batch = self._batch
+        batch.append(Sample(now, step, pid, {k: values[k] for k in self._read if k in values}))
+        if len(batch) >= self.every:
             self.absorb()
 
     def absorb(self) -> Tiers:
         """Feed the samples since the last batch; returns the tiers."""
-        new = self._new
-        if new:
-            self._new = 0
-            before = check_memory_bytes()
-            feed_tiers(self.tiers, self._history, self.prefix, new, None)
-            after = check_memory_bytes()
+        batch = self._batch
+        if batch:
+            self._batch = []
+            # A batch keeps memory only when it makes a series (its arrays): measured
+            # then; the others leave what they found.
+            series = self.tiers.series
+            makes = any(k in self._fed and k not in series for s in batch for k in s.values)
+            before = check_memory_bytes() if makes else 0
+            self.tiers.feed(batch, self.prefix, lambda key: True, self._fed.__contains__)
+            after = check_memory_bytes() if makes else 0
             if before and after and after != before:
                 self.retained = max(0, self.retained + after - before)
                 self.retained_due = True
@@ -123,7 +144,7 @@ class TierFeed:
     def reset(self) -> None:
         """Forget every sample (a forked child judges its own samples only)."""
         self.tiers = Tiers()
-        self._new = 0
+        self._batch = []
         self.retained = 0
         self.retained_due = False
 

@@ -70,6 +70,10 @@ class Prober:
         (e.g. ``0.01``); costly probes are spaced out to stay under it, and what
         cheap probes do not use goes to the costly ones.
     :param history: how many samples ``history`` keeps (a ring, allocated up front).
+        The judged whole-process metrics (without ``on_leak``: the resident sizes)
+        are also kept at every time scale of the whole run, in bounded memory
+        (:class:`memprobe.Tiers`), so that :meth:`report` and the leak alarm judge
+        more than the history's window.
     :param max_failures: a probe that fails this many times in a row is disabled.
     :param sink: a path (a JSONL file; ``{pid}`` is replaced) or a :class:`Sink`.
     :param sinks: sinks by registered name with their options, e.g.
@@ -179,7 +183,7 @@ class Prober:
         self._alarm_checks = None if alarm is None else AlarmChecks(
             alarm, prefix, self.history, self._hooks.failed)
         # Without an alarm, report() still judges every time scale of the whole run.
-        self._tier_feed = TierFeed(prefix, self.history) if alarm is None else None
+        self._tier_feed = TierFeed(prefix) if alarm is None else None
         renew_in_child(self, Prober._renew_in_child)
 
     def _renew_in_child(self) -> None:
@@ -392,7 +396,7 @@ class Prober:
             if line is not None:
                 self._sinks.write(line)
         elif feed is not None:
-            feed.after_sample()
+            feed.after_sample(values, now, step, pid)
         return values
 
     def _fail(self, sp: ScheduledProbe, exc: BaseException, where: str,
@@ -491,7 +495,10 @@ class Prober:
 
     # -- reading back -----------------------------------------------------------
     def report(self, **options: Any) -> Report:
-        """Leak verdicts on this Prober's ``history``, judged with its ``prefix``.
+        """Leak verdicts on this Prober's ``history``, judged with its ``prefix``: the
+        judged whole-process metrics at every time scale of the run (the latest samples,
+        coarser tiers, the whole run), each verdict resting on the scale that tells most
+        (without ``on_leak``, the resident sizes; the other metrics on the history).
 
         Options go to :func:`memprobe.analyze_samples` (``thresholds``,
         ``warmup``, ``min_points``...).
