@@ -1,6 +1,7 @@
 """Detection curve of slow leaks, and false alarms on healthy series (issue 28).
 
-Run: ``python benchmarks/slow_leak_detection.py [--max-samples 40000] [--healthy 100000]``.
+Run: ``python benchmarks/slow_leak_detection.py [--max-samples 40000] [--healthy 100000]``
+(``--skip-detection``, ``--skip-healthy``: one of the two tables).
 
 **Detection.** Each run is a real process (a fresh interpreter: this file with
 ``--run``) holding a 500 MiB ballast (touched, so resident) that keeps a
@@ -33,6 +34,7 @@ import time
 HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "..", "tests"))
 from series_shapes import HEALTHY, healthy, replay_alarms  # noqa: E402
+
 MIB = 1 << 20
 BALLAST_MIB = 500
 RATES = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1)  # of the process per 1,000 samples
@@ -78,6 +80,7 @@ def main() -> None:
     ap.add_argument("--healthy", type=int, default=100_000)
     ap.add_argument("--run", nargs=2)
     ap.add_argument("--skip-detection", action="store_true")
+    ap.add_argument("--skip-healthy", action="store_true")
     ap.add_argument("--shapes", nargs="*", choices=list(HEALTHY), help="healthy shapes to replay")
     args = ap.parse_args()
     if args.run:
@@ -96,6 +99,8 @@ def main() -> None:
                 print(f"| {100 * rate:g}% | {r['per_sample']:,} | {config} | "
                       f"{r['first'] or '-'} | {r['status']} | {r['slope']:,.0f} | "
                       f"{r['scale']:,} |", flush=True)
+    if args.skip_healthy:
+        return
     print()
     print(f"| healthy series ({args.healthy:,} samples) | leak_check_every | alarms | at "
           "sample |")

@@ -1,6 +1,7 @@
 """The leak alarm's work inside a Prober: judging its history every N samples (and
 counting what that judging keeps of the resident size), closing a capture into one
-more line for the sinks, and the verdicts of ``Prober.report()``."""
+more line for the sinks, and the verdicts of ``Prober.report()`` (at every time scale:
+the alarm's tiers, or without an alarm a :class:`TierFeed`'s)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,16 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from . import _kinds
 from ._alarm import (
     LeakAlarm,
     OnLeak,
     check_leak_options,
     check_memory_bytes,
     check_oom_capture_hours,
-    feed_tiers,
 )
-from . import _kinds
 from ._alarm_capture import check_capture_option
-from ._history import History
+from ._history import History, make_sample
 from ._options import check_int
 from ._sample import Number, Sample
 from ._tiers import Tiers
@@ -114,7 +114,7 @@ class TierFeed:
                      pid: int) -> None:
         """Take one sample's keys; feed a batch when one is due."""
         batch = self._batch
-        batch.append(Sample(now, step, pid, {k: values[k] for k in self._read if k in values}))
+        batch.append(make_sample(now, step, pid, {k: values[k] for k in self._read if k in values}))
         if len(batch) >= self.every:
             self.absorb()
 
