@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memprobe
+from memprobe._series import judged_keys
 from memprobe._tiers import BINS, BYTES_PER_SERIES, FIRST, RAW, TieredSeries
 
 
@@ -139,3 +140,38 @@ def test_extending_by_batches_is_appending_each_point(batches: list[int], rng) -
     assert batched.pushes == one.pushes
     assert [(p.n, list(p.ys)[:p.n]) for p in batched._pending] == \
         [(p.n, list(p.ys)[:p.n]) for p in one._pending]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e8, 1e9), st.booleans(), st.booleans(), st.booleans()),
+                min_size=1, max_size=400))
+def test_a_prober_without_an_alarm_feeds_what_a_report_on_every_sample_reads(rows) -> None:
+    """A Prober without ``on_leak`` takes each sample's resident size less memprobe's own
+    memory as the sample is made (:class:`TierFeed`); a report on all the samples (as
+    ``memprobe report`` reads a file) reads them with ``sample_series``: the same tiers,
+    whichever samples carry tracemalloc's or the tiers' own memory, with or without a
+    step."""
+    from memprobe._alarm_checks import TierFeed
+
+    feed = TierFeed("memprobe")
+    samples = []
+    for i, (rss, traced, retained, stepped) in enumerate(rows):
+        values = {"memprobe/process/rss_bytes": rss, "memprobe/gc/garbage_count": 0}
+        if traced:
+            values.update({"memprobe/tracemalloc/overhead_bytes": 1000 + i,
+                           "memprobe/tracemalloc/traced_bytes": 5000 + 7 * i,
+                           "memprobe/tracemalloc/filtered_bytes": 4000})
+        if retained:
+            values["memprobe/overhead/check_retained_bytes"] = 30_000 + i
+        step = 3 * i if stepped else None
+        feed.after_sample(values, 1000.0 + i, step, 1)
+        samples.append(memprobe.Sample(1000.0 + i, step, 1, values))
+    fed = feed.absorb()
+    offline = memprobe.Tiers()
+    offline.feed(samples, "memprobe", judged_keys("memprobe", ["process/rss_bytes"], sites=False),
+                 lambda k: k.endswith("process/rss_bytes"))
+    key = "memprobe/process/rss_bytes"
+    assert list(fed.series) == [key] and fed.count == offline.count == len(rows)
+    assert fed.series[key].raw.points() == offline.series[key].raw.points()
+    assert [t.points() for t in fed.series[key].tiers] == \
+        [t.points() for t in offline.series[key].tiers]

@@ -6,6 +6,7 @@ the alarm's tiers, or without an alarm a :class:`TierFeed`'s)."""
 from __future__ import annotations
 
 import contextlib
+from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from ._alarm import (
     check_oom_capture_hours,
 )
 from ._alarm_capture import check_capture_option
-from ._history import History, make_sample
+from ._history import History
 from ._options import check_int
 from ._sample import Number, Sample
 from ._tiers import Tiers
@@ -78,12 +79,8 @@ def judge_history(history: History, lock: contextlib.AbstractContextManager[Any]
 #: What a Prober without a leak alarm keeps at every time scale: the resident sizes
 #: (what runs out of memory). Its other metrics are judged on its history: feeding all
 #: of them (6 with the default probes) from the history cost a default sample ~7.7 µs
-#: more (+60%), the resident size alone from the history ~4.7 µs; as below, ~2 µs
-#: (docs/performance.md).
+#: more (+60%); the resident size as below, ~1-2 µs (docs/performance.md).
 FED = tuple(f"process/{m}" for m in _kinds.RESIDENT)
-#: What the verdicts subtract from the resident size as memprobe's own memory.
-OWN = ("tracemalloc/overhead_bytes", _kinds.TRACED, _kinds.FILTERED,
-       "overhead/check_retained_bytes")
 
 
 class TierFeed:
@@ -92,43 +89,63 @@ class TierFeed:
     alarm does, in the same bounded memory
     (:data:`memprobe._tiers.BYTES_PER_SERIES` per metric).
 
-    Each sample's resident sizes and own-memory keys are taken as it is made and fed
-    in batches of :attr:`every` samples. What feeding keeps (the tiers' arrays,
-    allocated at the first batch) is counted as memprobe's own memory
-    (``overhead/check_retained_bytes`` in the next sample), as a leak check's is.
+    Each sample's resident sizes, less memprobe's own memory as
+    :func:`memprobe._series.sample_series` reads it from the same sample, are taken
+    as the sample is made and fed in batches of :attr:`every` samples. What feeding
+    keeps (the tiers' arrays, allocated at the first batch) is counted as memprobe's
+    own memory (``overhead/check_retained_bytes`` in the next sample), as a leak
+    check's is.
     """
 
     every = 50
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self.tiers = Tiers()
-        self._fed = frozenset(make_key(prefix, *m.split("/")) for m in FED)
-        self._read = (*self._fed, *(make_key(prefix, *m.split("/")) for m in OWN))
-        self._batch: list[Sample] = []  # the samples since the last batch, those keys only
-        self.retained = 0
-        self.retained_due = False
+        self._keys = tuple(make_key(prefix, *m.split("/")) for m in FED)
+        self._overhead = make_key(prefix, "tracemalloc", "overhead_bytes")
+        self._traced = make_key(prefix, *_kinds.TRACED.split("/"))
+        self._filtered = make_key(prefix, *_kinds.FILTERED.split("/"))
         self._key_retained = make_key(prefix, "overhead", "check_retained_bytes")
+        self._batch: dict[str, tuple[array[float], array[float], array[float]]] = {}
+        self.reset()
 
     def after_sample(self, values: dict[str, Number], now: float, step: int | None,
                      pid: int) -> None:
-        """Take one sample's keys; feed a batch when one is due."""
-        batch = self._batch
-        batch.append(make_sample(now, step, pid, {k: values[k] for k in self._read if k in values}))
-        if len(batch) >= self.every:
+        """Take one sample's resident sizes; feed a batch when one is due."""
+        if self._overhead in values:
+            traced_own = float(values[self._overhead])
+            if self._traced in values and self._filtered in values:
+                traced_own += max(0.0, float(values[self._traced]) - float(values[self._filtered]))
+            self._traced_own = traced_own
+        if self._key_retained in values:
+            self._checks_own = float(values[self._key_retained])
+        x = float(step if step is not None else self._seen)
+        self._seen += 1
+        own = self._traced_own + self._checks_own
+        for key in self._keys:
+            v = values.get(key)
+            if v is not None:
+                col = self._batch.get(key)
+                if col is None:
+                    col = self._batch[key] = (array("d"), array("d"), array("d"))
+                col[0].append(x)
+                col[1].append(float(v) - own)
+                col[2].append(now)
+        self._pending += 1
+        if self._pending >= self.every:
             self.absorb()
 
     def absorb(self) -> Tiers:
         """Feed the samples since the last batch; returns the tiers."""
-        batch = self._batch
-        if batch:
-            self._batch = []
+        if self._pending:
+            batch, self._batch = self._batch, {}
+            self.tiers.skip(self._pending)
+            self._pending = 0
             # A batch keeps memory only when it makes a series (its arrays): measured
             # then; the others leave what they found.
-            series = self.tiers.series
-            makes = any(k in self._fed and k not in series for s in batch for k in s.values)
+            makes = any(k not in self.tiers.series for k in batch)
             before = check_memory_bytes() if makes else 0
-            self.tiers.feed(batch, self.prefix, lambda key: True, self._fed.__contains__)
+            self.tiers.add(batch)
             after = check_memory_bytes() if makes else 0
             if before and after and after != before:
                 self.retained = max(0, self.retained + after - before)
@@ -144,7 +161,11 @@ class TierFeed:
     def reset(self) -> None:
         """Forget every sample (a forked child judges its own samples only)."""
         self.tiers = Tiers()
-        self._batch = []
+        self._traced_own = 0.0  # memprobe's own memory, as sample_series reads it
+        self._checks_own = 0.0
+        self._seen = 0  # samples taken: the x of a sample without a step
+        self._batch = {}
+        self._pending = 0  # samples taken since the last batch
         self.retained = 0
         self.retained_due = False
 
