@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import memprobe
 from memprobe._series import judged_keys
 from memprobe._tiers import BINS, BYTES_PER_SERIES, FIRST, RAW, TieredSeries
+from series_shapes import replay_plugin
 
 
 def _feed(series: TieredSeries, start: int, stop: int) -> None:
@@ -71,44 +72,22 @@ def test_a_bin_is_the_median_of_its_points() -> None:
     assert series.tiers[0].n == 1 and BINS >= 40
 
 
-class _Replay:
-    """A probe that returns the next value of a fixed series, as ``level_bytes``."""
-
-    series: list[float] = []
-
-    def __init__(self) -> None:
-        self.i = 0
-
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
-
-    def sample(self) -> dict:
-        self.i += 1
-        return {"level_bytes": self.series[(self.i - 1) % len(self.series)]}
-
-
-class _ReplayPlugin:
-    @memprobe.hookimpl
-    def memprobe_register_probes(self, register) -> None:
-        register("replay", _Replay)
-
-
 def test_the_alarm_and_a_report_on_every_sample_judge_the_same_tiers() -> None:
     """The live alarm feeds its tiers at each check from a history of 100 samples; a
     report on all the samples (as ``memprobe report`` reads a file) builds them at
     once: the verdicts agree, at the scale far longer than the history."""
     # Flat, then a leak of 300 B/sample: 0.03% of the level per 1,000 samples.
-    _Replay.series = [1e9 + 3000 * ((i * 7) % 5) + (300 * (i - 2000) if i > 2000 else 0)
+    series = [1e9 + 3000 * ((i * 7) % 5) + (300 * (i - 2000) if i > 2000 else 0)
                       for i in range(12_000)]
     pm = memprobe.get_plugin_manager(load_entrypoints=False)
-    pm.register(_ReplayPlugin())
+    pm.register(replay_plugin(series, "replay", "level_bytes"))
     fired: list[int] = []
     samples = []
     options = {"metrics": ["replay/level_bytes"], "min_growth_fraction": 0.0}
     with memprobe.Prober(["replay"], plugin_manager=pm, history=100,
                          on_leak=lambda v: fired.append(i), leak_check_every=20,
                          leak_options=options) as prober:
-        for i in range(len(_Replay.series)):
+        for i in range(len(series)):
             prober.sample(step=i)
             samples.append(prober.history[-1])  # as a JSONL sink would write it
         live = prober.report(**options).get("replay/level_bytes")

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import memprobe
 from memprobe.trend import auto_warmup
+from series_shapes import replay_plugin
 
 ints = st.integers(min_value=-10_000, max_value=10_000)
 
@@ -238,28 +239,6 @@ def test_growth_that_stopped_halfway_is_not_a_leak() -> None:
     assert leak.status == "leak"
 
 
-class _Replay:
-    """A probe that returns the next value of a fixed series, as ``level_bytes``."""
-
-    series: list[float] = []
-
-    def __init__(self) -> None:
-        self.i = 0
-
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
-
-    def sample(self) -> dict:
-        self.i += 1
-        return {"level_bytes": self.series[self.i - 1]}
-
-
-class _ReplayPlugin:
-    @memprobe.hookimpl
-    def memprobe_register_probes(self, register) -> None:
-        register("replay", _Replay)
-
-
 @pytest.mark.parametrize("confirmations", [1, 2, 3])
 def test_alarm_fires_after_the_confirmations_in_a_row(confirmations: int) -> None:
     """The alarm fires at the first check that ends a run of ``confirmations`` leaking
@@ -268,10 +247,10 @@ def test_alarm_fires_after_the_confirmations_in_a_row(confirmations: int) -> Non
     from memprobe._alarm import PERSISTENCE, PERSISTENCE_SAMPLES
 
     # Flat (a deterministic wobble), then a steady leak of 4 KiB per sample.
-    _Replay.series = [1e6 + 3000 * ((i * 7) % 5) + (4096 * (i - 60) if i > 60 else 0)
+    series = [1e6 + 3000 * ((i * 7) % 5) + (4096 * (i - 60) if i > 60 else 0)
                       for i in range(400)]
     pm = memprobe.get_plugin_manager(load_entrypoints=False)
-    pm.register(_ReplayPlugin())
+    pm.register(replay_plugin(series, "replay", "level_bytes"))
     fired: list[int] = []
     checks: list[tuple[int, bool, int]] = []
     with memprobe.Prober(["replay"], plugin_manager=pm, on_leak=lambda v: fired.append(i),
