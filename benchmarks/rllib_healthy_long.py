@@ -183,7 +183,7 @@ def replay_process(samples: list[Any], prefix: str, role: str, flush_after: list
                 history.append(s.time_seconds, s.step, s.pid, s.values)
                 keys_seen.update(s.values)
                 before = alarm.latest
-                checks.after_sample(s.time_seconds, s.step, s.pid)
+                checks.after_sample(s.values, s.time_seconds, s.step, s.pid)
                 if alarm.latest is not before:
                     n_checks += 1
                     for v in alarm.latest.leaking:  # judged leaking, confirmed or not

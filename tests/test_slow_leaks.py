@@ -1,6 +1,8 @@
 """Slow leaks in long runs (issue 28): found with the defaults, at the scale that shows
 them, with a slope right on step-like rss; a large growth that stopped is not "slight";
-the alarm's false-alarm rate does not depend on how often it checks."""
+the alarm's false-alarm rate does not depend on how often it checks; growth that stops
+(a long warm-up, a cache that fills and clears) does not alarm; a Prober without an
+alarm judges every scale too."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import sys
 import pytest
 
 import memprobe
+from memprobe.leak._alarm import PERSISTENCE_SAMPLES
+from series_shapes import MIB, healthy, leaking, mixed_healthy, replay_alarms, replay_plugin
 
 REPRO_2 = """
 import json
@@ -67,51 +71,10 @@ def test_a_large_growth_then_flat_grew_then_stopped_never_slight() -> None:
     assert r.status == "levelled" and "then stopped" in r.note, r.describe()
 
 
-class _Replay:
-    series: list[float] = []
-
-    def __init__(self) -> None:
-        self.i = 0
-
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
-
-    def sample(self) -> dict:
-        self.i += 1
-        return {"level_bytes": self.series[(self.i - 1) % len(self.series)]}
-
-
-class _ReplayPlugin:
-    @memprobe.hookimpl
-    def memprobe_register_probes(self, register) -> None:
-        register("replay", _Replay)
-
-
-def _healthy(seed: int, n: int) -> list[float]:
-    """A healthy series of the kinds that raised false alarms: a warm-up, allocator steps
-    that come and go, a sawtooth cache that fills and clears, bursts that stop."""
-    rng = random.Random(seed)
-    out, level = [], 5e8
-    for i in range(n):
-        warm = 4e6 * min(i, 30) / 30
-        saw = 2e6 * ((i % 60) / 60)
-        burst = 3e6 if (i // 500) % 3 == 1 else 0.0
-        step = 262144 * rng.randrange(3)
-        out.append(level + warm + saw + burst + step + rng.gauss(0, 20000))
-    return out
-
-
 def _alarms(series: list[float], check_every: int) -> list[int]:
-    _Replay.series = series
-    pm = memprobe.get_plugin_manager(load_entrypoints=False)
-    pm.register(_ReplayPlugin())
-    fired: list[int] = []
-    with memprobe.Prober(["replay"], plugin_manager=pm, history=200,
-                         on_leak=lambda v: fired.append(i), leak_check_every=check_every,
-                         leak_options={"metrics": ["replay/level_bytes"]}) as prober:
-        for i in range(len(series)):
-            prober.sample(step=i)
-    return fired
+    """The samples at which ``series``, a metric of its own (floor 16 KiB), alarms."""
+    return [i for i, _ in replay_alarms(series, check_every=check_every, probe="replay",
+                                        metric="level_bytes")]
 
 
 @pytest.mark.parametrize("check_every", [2, 5, 20])
@@ -120,8 +83,98 @@ def test_checking_more_often_raises_no_more_false_alarms(check_every: int) -> No
     not checks: at every ``leak_check_every``, healthy series never alarm, and a leak
     alarms at about the same sample."""
     for seed in range(3):
-        assert _alarms(_healthy(seed, 3000), check_every) == [], seed
+        assert _alarms(mixed_healthy(seed, 3000), check_every) == [], seed
     leak = [1e9 + 3000 * ((i * 7) % 5) + (8192 * (i - 300) if i > 300 else 0)
             for i in range(1200)]
     first = _alarms(leak, check_every)
-    assert first and 300 < first[0] < 300 + 400, first
+    # Judged leaking within 400 samples, then confirmed over PERSISTENCE_SAMPLES more.
+    assert first and 300 < first[0] < 300 + 400 + PERSISTENCE_SAMPLES, first
+
+
+@pytest.mark.parametrize("check_every", [2, 5, 20])
+@pytest.mark.parametrize("kind", ["long ramp", "sawtooth", "warm-up"])
+def test_growth_that_stops_does_not_alarm(kind: str, check_every: int) -> None:
+    """A long warm-up (8 MiB over 200 samples, then flat) and a cache that fills 4 MiB
+    over 400 samples, then clears, are as steep as a leak while they grow: judged
+    leaking from sample 100 (the ramp) and 340 (the cache's first fill), they alarmed
+    at 139 and 379 before the alarm asked a growth to go on 1.5 times the scale it was
+    first seen at. Replayed as the resident size of a 500 MiB process through a
+    Prober's live alarm at the adapter's history (200)."""
+    fired = replay_alarms(healthy(kind, 3000), check_every=check_every)
+    assert fired == [], [(i, v.describe()) for i, v in fired]
+
+
+def test_bursty_growth_under_the_floor_does_not_alarm() -> None:
+    """A level that rises to 2 MiB over 20,000 samples, halved every other 1,000, then
+    flat: under 0.5% of the process it stands in, it is no leak at any scale."""
+    assert replay_alarms(healthy("bursty", 24_000), check_every=20) == []
+
+
+@pytest.mark.parametrize("percent_per_1000", [2, 10])
+def test_a_leak_as_steep_as_those_still_alarms(percent_per_1000: int) -> None:
+    """Leaks at 2% and 10% of the process per 1,000 samples (10 and 51 KiB per sample)
+    through the same path: alarmed within 1.5 times the samples they needed to be
+    judged leaking, plus the checks' spacing."""
+    per_sample = percent_per_1000 / 100 * 500 * MIB / 1000
+    fired = replay_alarms(leaking(per_sample, 3000), stop_at_first=True)
+    assert fired, "no alarm"
+    i, v = fired[0]
+    assert i < (250 if percent_per_1000 == 10 else 1000), (i, v.describe())
+    assert v.metric == "process/rss_bytes" and 0.5 * per_sample < v.slope_per_step
+
+
+REPRO_PLAIN = """
+import json
+import memprobe
+
+ballast = [bytearray(1 << 20) for _ in range(200)]
+for b in ballast:
+    b[::4096] = b"\\1" * len(b[::4096])  # touched: resident
+kept = []
+with memprobe.Prober(probes=["process", "gc"], history=200) as prober:
+    for i in range(3000):
+        kept.append(bytearray(5 * 1024))
+        prober.sample(step=i)
+    rss = prober.report().get("process/rss_bytes")
+print(json.dumps({"status": rss.status, "slope": rss.slope_per_step,
+                  "span_points": rss.span_points, "describe": rss.describe()}))
+"""
+
+
+def test_a_prober_without_an_alarm_judges_the_whole_run() -> None:
+    """Issue 28, repro 2 without ``on_leak``: a process holding 200 MiB keeps 5 KiB per
+    sample for 3,000 samples, ``history=200``. Its report judges every time scale of
+    the run, not the last 200 samples (under the 0.5% floor: "growing slightly"): a
+    leak near 5,120 B/sample, over thousands of samples."""
+    out = subprocess.run([sys.executable, "-c", REPRO_PLAIN], capture_output=True, text=True,
+                         check=True, timeout=300)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["status"] == "leak", r["describe"]
+    assert r["span_points"] > 1000 and "over the last" in r["describe"], r["describe"]
+    assert 0.8 * 5120 < r["slope"] < 1.25 * 5120, r["describe"]
+
+
+def test_a_prober_without_an_alarm_keeps_bounded_tiers_and_counts_them_as_its_own() -> None:
+    """The plain Prober's tiers: one bounded series per judged metric, fed in batches
+    before the history (of 10 here) drops the samples, their memory recorded as
+    memprobe's (``overhead/check_retained_bytes``, subtracted from the resident size)."""
+    from memprobe.leak._tiers import BYTES_PER_SERIES
+
+    series = leaking(2000, 5000)
+    pm = memprobe.get_plugin_manager(load_entrypoints=False, disable=["process"])
+    pm.register(replay_plugin(series, "process", "rss_bytes"))
+    retained = []
+    with memprobe.Prober(["process"], plugin_manager=pm, history=10) as prober:
+        for i in range(len(series)):
+            values = prober.sample(step=i)
+            retained.append(values.get("memprobe/overhead/check_retained_bytes"))
+        feed = prober._tier_feed
+        v = prober.report().get("process/rss_bytes")
+        tiers = feed.tiers
+    key = "memprobe/process/rss_bytes"
+    assert tiers.count == 5000 and list(tiers.series) == [key]
+    assert tiers.series[key].count == 5000
+    assert 0 < feed.retained < 2 * BYTES_PER_SERIES, feed.retained
+    assert feed.retained in retained  # in the sample after the batch that kept it
+    assert v.status == "leak" and v.span_points > 4000, v.describe()
+    assert 0.9 * 2000 < v.slope_per_step < 1.1 * 2000, v.describe()

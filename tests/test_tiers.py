@@ -3,13 +3,16 @@ the same tiers whether fed at each check or all at once."""
 
 from __future__ import annotations
 
+import random
 import tracemalloc
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memprobe
+from memprobe.leak._series import judged_keys
 from memprobe.leak._tiers import BINS, BYTES_PER_SERIES, FIRST, RAW, TieredSeries
+from series_shapes import replay_plugin
 
 
 def _feed(series: TieredSeries, start: int, stop: int) -> None:
@@ -70,44 +73,22 @@ def test_a_bin_is_the_median_of_its_points() -> None:
     assert series.tiers[0].n == 1 and BINS >= 40
 
 
-class _Replay:
-    """A probe that returns the next value of a fixed series, as ``level_bytes``."""
-
-    series: list[float] = []
-
-    def __init__(self) -> None:
-        self.i = 0
-
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
-
-    def sample(self) -> dict:
-        self.i += 1
-        return {"level_bytes": self.series[(self.i - 1) % len(self.series)]}
-
-
-class _ReplayPlugin:
-    @memprobe.hookimpl
-    def memprobe_register_probes(self, register) -> None:
-        register("replay", _Replay)
-
-
 def test_the_alarm_and_a_report_on_every_sample_judge_the_same_tiers() -> None:
     """The live alarm feeds its tiers at each check from a history of 100 samples; a
     report on all the samples (as ``memprobe report`` reads a file) builds them at
     once: the verdicts agree, at the scale far longer than the history."""
     # Flat, then a leak of 300 B/sample: 0.03% of the level per 1,000 samples.
-    _Replay.series = [1e9 + 3000 * ((i * 7) % 5) + (300 * (i - 2000) if i > 2000 else 0)
+    series = [1e9 + 3000 * ((i * 7) % 5) + (300 * (i - 2000) if i > 2000 else 0)
                       for i in range(12_000)]
     pm = memprobe.get_plugin_manager(load_entrypoints=False)
-    pm.register(_ReplayPlugin())
+    pm.register(replay_plugin(series, "replay", "level_bytes"))
     fired: list[int] = []
     samples = []
     options = {"metrics": ["replay/level_bytes"], "min_growth_fraction": 0.0}
     with memprobe.Prober(["replay"], plugin_manager=pm, history=100,
                          on_leak=lambda v: fired.append(i), leak_check_every=20,
                          leak_options=options) as prober:
-        for i in range(len(_Replay.series)):
+        for i in range(len(series)):
             prober.sample(step=i)
             samples.append(prober.history[-1])  # as a JSONL sink would write it
         live = prober.report(**options).get("replay/level_bytes")
@@ -116,3 +97,62 @@ def test_the_alarm_and_a_report_on_every_sample_judge_the_same_tiers() -> None:
     assert live.status == "leak" and abs(live.slope_per_step - 300) < 30, live.describe()
     assert live.span_points > 1000  # judged beyond the 100 samples the history holds
     assert fired and fired[0] > 2000
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 1500), min_size=1, max_size=12), st.integers(0, 2**32))
+def test_extending_by_batches_is_appending_each_point(batches: list[int], seed: int) -> None:
+    """``extend`` (in slices, for a batch of samples) leaves the series as ``append`` of
+    each point would: the raw points, every tier, the bins pending."""
+    rng = random.Random(seed)
+    one, batched = TieredSeries(), TieredSeries()
+    n = 0
+    for m in batches:
+        xs = [float(n + i) for i in range(m)]
+        ts = [1000.0 + 0.5 * x for x in xs]
+        ys = [rng.uniform(-1e9, 1e9) for _ in xs]
+        for x, t, y in zip(xs, ts, ys):
+            one.append(x, t, y)
+        batched.extend(xs, ts, ys)
+        n += m
+    assert batched.count == one.count == n
+    assert batched.raw.points() == one.raw.points()
+    assert [t.points() for t in batched.tiers] == [t.points() for t in one.tiers]
+    assert batched.pushes == one.pushes
+    assert [(p.n, list(p.ys)[:p.n]) for p in batched._pending] == \
+        [(p.n, list(p.ys)[:p.n]) for p in one._pending]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e8, 1e9), st.booleans(), st.booleans(), st.booleans()),
+                min_size=1, max_size=400))
+def test_a_prober_without_an_alarm_feeds_what_a_report_on_every_sample_reads(rows) -> None:
+    """A Prober without ``on_leak`` takes each sample's resident size less memprobe's own
+    memory as the sample is made (:class:`TierFeed`); a report on all the samples (as
+    ``memprobe report`` reads a file) reads them with ``sample_series``: the same tiers,
+    whichever samples carry tracemalloc's or the tiers' own memory, with or without a
+    step."""
+    from memprobe.engine._tier_feed import TierFeed
+
+    feed = TierFeed("memprobe")
+    samples = []
+    for i, (rss, traced, retained, stepped) in enumerate(rows):
+        values = {"memprobe/process/rss_bytes": rss, "memprobe/gc/garbage_count": 0}
+        if traced:
+            values.update({"memprobe/tracemalloc/overhead_bytes": 1000 + i,
+                           "memprobe/tracemalloc/traced_bytes": 5000 + 7 * i,
+                           "memprobe/tracemalloc/filtered_bytes": 4000})
+        if retained:
+            values["memprobe/overhead/check_retained_bytes"] = 30_000 + i
+        step = 3 * i if stepped else None
+        feed.after_sample(values, 1000.0 + i, step, 1)
+        samples.append(memprobe.Sample(1000.0 + i, step, 1, values))
+    fed = feed.absorb()
+    offline = memprobe.Tiers()
+    offline.feed(samples, "memprobe", judged_keys("memprobe", ["process/rss_bytes"], sites=False),
+                 lambda k: k.endswith("process/rss_bytes"))
+    key = "memprobe/process/rss_bytes"
+    assert list(fed.series) == [key] and fed.count == offline.count == len(rows)
+    assert fed.series[key].raw.points() == offline.series[key].raw.points()
+    assert [t.points() for t in fed.series[key].tiers] == \
+        [t.points() for t in offline.series[key].tiers]

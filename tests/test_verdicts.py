@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import memprobe
 from memprobe.trend import auto_warmup
+from series_shapes import replay_plugin
 
 ints = st.integers(min_value=-10_000, max_value=10_000)
 
@@ -154,8 +155,9 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
     keep = []
     with memprobe.Prober(["process"], on_leak="warn", leak_check_every=10) as prober:
         with pytest.warns(memprobe.LeakWarning) as caught:
-            for i in range(100):  # a leak is told from a warm-up from 40 points on;
-                # the checks that count toward the confirmations are 40 samples apart
+            for i in range(160):  # a leak is told from a warm-up from 40 points on;
+                # the checks that count toward the confirmations are 40 samples apart,
+                # and span 1.5 times the scale the first of them rested on
                 keep.append(_fresh_mib())
                 prober.sample(step=i)
     messages = [str(w.message) for w in caught]
@@ -168,7 +170,7 @@ def test_prober_alarm_warns_once_and_never_breaks_the_loop() -> None:
 
     with memprobe.Prober(["process"], on_leak=broken, leak_check_every=5) as prober:
         with pytest.warns(memprobe.ProbeFailedWarning, match="leak_alarm"):
-            for i in range(100):
+            for i in range(160):
                 keep.append(_fresh_mib())
                 prober.sample(step=i)
     with pytest.raises(memprobe.ConfigError, match="on_leak"):
@@ -188,7 +190,7 @@ def test_what_the_alarm_does_after_a_check_is_not_the_checks_own_memory() -> Non
 
     with memprobe.Prober(["process"], on_leak=on_leak, leak_check_every=10,
                          capture_on_leak=False) as prober:
-        for i in range(120):
+        for i in range(200):
             keep.append(_fresh_mib())
             prober.sample(step=i)
     assert "memprobe/process/rss_bytes" in fired
@@ -237,54 +239,39 @@ def test_growth_that_stopped_halfway_is_not_a_leak() -> None:
     assert leak.status == "leak"
 
 
-class _Replay:
-    """A probe that returns the next value of a fixed series, as ``level_bytes``."""
-
-    series: list[float] = []
-
-    def __init__(self) -> None:
-        self.i = 0
-
-    def start(self) -> None: ...
-    def stop(self) -> None: ...
-
-    def sample(self) -> dict:
-        self.i += 1
-        return {"level_bytes": self.series[self.i - 1]}
-
-
-class _ReplayPlugin:
-    @memprobe.hookimpl
-    def memprobe_register_probes(self, register) -> None:
-        register("replay", _Replay)
-
-
 @pytest.mark.parametrize("confirmations", [1, 2, 3])
 def test_alarm_fires_after_the_confirmations_in_a_row(confirmations: int) -> None:
     """The alarm fires at the first check that ends a run of ``confirmations`` leaking
-    checks, judged on the history the Prober had at each check."""
+    checks spanning 1.5 times the scale the first of them rested on (at most
+    PERSISTENCE_SAMPLES), judged on the history the Prober had at each check."""
+    from memprobe.leak._alarm import PERSISTENCE, PERSISTENCE_SAMPLES
+
     # Flat (a deterministic wobble), then a steady leak of 4 KiB per sample.
-    _Replay.series = [1e6 + 3000 * ((i * 7) % 5) + (4096 * (i - 60) if i > 60 else 0)
-                      for i in range(200)]
+    series = [1e6 + 3000 * ((i * 7) % 5) + (4096 * (i - 60) if i > 60 else 0)
+                      for i in range(400)]
     pm = memprobe.get_plugin_manager(load_entrypoints=False)
-    pm.register(_ReplayPlugin())
+    pm.register(replay_plugin(series, "replay", "level_bytes"))
     fired: list[int] = []
-    checks: list[bool] = []
+    checks: list[tuple[int, bool, int]] = []
     with memprobe.Prober(["replay"], plugin_manager=pm, on_leak=lambda v: fired.append(i),
                          leak_check_every=10, leak_confirmations=confirmations,
                          leak_options={"metrics": ["replay/level_bytes"]}) as prober:
-        for i in range(200):
+        for i in range(400):
             prober.sample(step=i)
             if (i + 1) % 10 == 0:
-                report = memprobe.analyze_samples(list(prober.history),
-                                                  metrics=["replay/level_bytes"])
-                checks.append(bool(report.get("replay/level_bytes").leak))
+                v = memprobe.analyze_samples(list(prober.history),
+                                             metrics=["replay/level_bytes"]).get(
+                                                 "replay/level_bytes")
+                checks.append((i, v.leak, v.span_points))
     # The checks that count toward the confirmations are 40 samples (4 checks) apart.
     counted = checks[::4]
-    first = next(c for c in range(len(counted))
-                 if c + 1 >= confirmations and all(counted[c + 1 - confirmations: c + 1]))
-    assert fired == [40 * first + 9]  # once, at that check
-    assert not any(checks[:5])  # the flat part never leaked, so the alarm waited for the leak
+    start = next(c for c, (_, leak, _) in enumerate(counted) if leak)
+    assert all(leak for _, leak, _ in counted[start:])  # a steady leak
+    wait = min(PERSISTENCE * counted[start][2], PERSISTENCE_SAMPLES)
+    first = next(c for c in range(start + confirmations - 1, len(counted))
+                 if counted[c][0] - counted[start][0] >= wait)
+    assert fired == [counted[first][0]]  # once, at that check
+    assert not any(leak for _, leak, _ in checks[:5])  # the flat part never leaked
 
 
 # -- prefixes --------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """The leak alarm's work inside a Prober: judging its history every N samples (and
 counting what that judging keeps of the resident size), closing a capture into one
-more line for the sinks, and the verdicts of ``Prober.report()``."""
+more line for the sinks, and the verdicts of ``Prober.report()`` (at every time scale:
+the alarm's tiers, or without an alarm a :class:`TierFeed`'s)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,15 @@ from .._checks import check_int
 from .._jsonl_fields import HOLDERS
 from .._sample import Number, Sample
 from ..keys import make_key
-from ..leak._alarm import LeakAlarm, OnLeak, check_leak_options, check_oom_capture_hours
+from ..leak._alarm import (
+    LeakAlarm,
+    OnLeak,
+    check_leak_options,
+    check_oom_capture_hours,
+)
 from ..leak._alarm_capture import check_capture_option
 from ._history import History
+from ._tier_feed import TierFeed
 
 if TYPE_CHECKING:
     from ..leak._verdicts import Report
@@ -42,10 +49,11 @@ def make_alarm(on_leak: OnLeak | None, check_every: int, confirmations: int,
 
 
 def judge_history(history: History, lock: contextlib.AbstractContextManager[Any], prefix: str,
-                  alarm: LeakAlarm | None, /, **options: Any) -> Report:
+                  judging: AlarmChecks | TierFeed, /, **options: Any) -> Report:
     """Leak verdicts on ``history``, judged with ``prefix`` (``Prober.report()``), read
-    under ``lock``; with the Prober's ``alarm``, at every time scale of the alarm's
-    tiers (the whole run), with its forecast of the time to out-of-memory.
+    under ``lock``; at every time scale of the alarm's tiers or, without an alarm, of
+    the :class:`TierFeed`'s (the whole run); with the alarm, with its forecast of the
+    time to out-of-memory.
 
     Options go to :func:`memprobe.analyze_samples` (``thresholds``,
     ``warmup``, ``min_points``...).
@@ -55,7 +63,11 @@ def judge_history(history: History, lock: contextlib.AbstractContextManager[Any]
     options.setdefault("prefix", prefix)
     keep = judged_keys(options["prefix"], options.get("metrics"), options.get("sites", True))
     with lock:  # the history is read as it is judged, one sample at a time
-        if alarm is None or options["prefix"] != prefix:
+        if options["prefix"] != prefix:
+            return analyze_samples(history.select(keep), **options)
+        alarm = judging.alarm
+        if alarm is None:
+            options.setdefault("tiers", judging.absorb())
             return analyze_samples(history.select(keep), **options)
         options.setdefault("tiers", alarm.absorb(history, prefix))
         return alarm.forecast(analyze_samples(history.select(keep), **options))
@@ -83,7 +95,8 @@ class AlarmChecks:
         self.check_values: dict[str, Number] = {}  # what the next sample carries of a check
         self._key_check_retained = make_key(prefix, "overhead", "check_retained_bytes")
 
-    def after_sample(self, now: float, step: int | None, pid: int) -> Sample | None:
+    def after_sample(self, values: dict[str, Number], now: float, step: int | None,
+                     pid: int) -> Sample | None:
         """Check when a check is due; close the capture when it is due. Returns the
         capture's line for the sinks, or None."""
         alarm = self.alarm
@@ -93,7 +106,7 @@ class AlarmChecks:
             return self._finish_capture(alarm, now, step, pid)
         return None
 
-    def add_check_retained(self, values: dict[str, Number]) -> None:
+    def add_retained(self, values: dict[str, Number]) -> None:
         """After a check kept memory: ``overhead/check_retained_bytes`` into ``values``,
         the next sample's."""
         if self.check_retained_due:
@@ -109,7 +122,7 @@ class AlarmChecks:
         self.check_values = {}
 
     def report(self, **options: Any) -> Report:
-        return judge_history(self._history, contextlib.nullcontext(), self.prefix, self.alarm,
+        return judge_history(self._history, contextlib.nullcontext(), self.prefix, self,
                              **options)
 
     def _check_leaks(self, alarm: LeakAlarm) -> None:

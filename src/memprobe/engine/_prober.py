@@ -35,6 +35,7 @@ from ._phases import Mark, Phases, check_label
 from ._scheduled import ScheduledProbe
 from ._sink_writer import SinkWriter
 from ._sinks import Sink
+from ._tier_feed import TierFeed
 
 if TYPE_CHECKING:
     from ..leak._verdicts import Report
@@ -63,6 +64,10 @@ class Prober:
         (e.g. ``0.01``); costly probes are spaced out to stay under it, and what
         cheap probes do not use goes to the costly ones.
     :param history: how many samples ``history`` keeps (a ring, allocated up front).
+        The judged whole-process metrics (without ``on_leak``: the resident sizes)
+        are also kept at every time scale of the whole run, in bounded memory
+        (:class:`memprobe.Tiers`), so that :meth:`report` and the leak alarm judge
+        more than the history's window.
     :param max_failures: a probe that fails this many times in a row is disabled.
     :param sink: a path (a JSONL file; ``{pid}`` is replaced) or a :class:`Sink`.
     :param sinks: sinks by registered name with their options, e.g.
@@ -169,12 +174,11 @@ class Prober:
         self._sinks = SinkWriter(sinks, self._hooks)
         self._overhead = Overhead(prefix)
         self._phases = Phases()
-        self._alarm_checks = None if alarm is None else AlarmChecks(
-            alarm, prefix, self.history, self._hooks.failed)
+        # The alarm's checks, or without one the resident sizes' tiers (report() judges both)
+        self._judging: AlarmChecks | TierFeed = TierFeed(prefix) if alarm is None else \
+            AlarmChecks(alarm, prefix, self.history, self._hooks.failed)
         renew_in_child(self, Prober._renew_in_child)
-        # What this Prober holds (history, tiers, probes' state, sinks' buffers) is
-        # memprobe's: a count of live objects by type leaves it out.
-        register_own(self)
+        register_own(self)  # what it holds is memprobe's, not counted as the user's
 
     def _renew_in_child(self) -> None:
         """In a forked child: a fresh lock (a parent's thread may have held it), and a
@@ -183,14 +187,13 @@ class Prober:
         self._lock = threading.RLock()
         self._sampling = 0
         self.history.clear()
-        if self._alarm_checks is not None:
-            self._alarm_checks.reset()
+        self._judging.reset()
         self._overhead.reset()
 
     @property
     def alarm(self) -> LeakAlarm | None:
         """The leak alarm, when ``on_leak`` is given."""
-        return None if self._alarm_checks is None else self._alarm_checks.alarm
+        return self._judging.alarm
 
     # -- names ----------------------------------------------------------------
     @property
@@ -364,9 +367,8 @@ class Prober:
         """The end of a sample: the overhead metrics, the history, the sinks and
         ``memprobe_sample_end`` hooks, the leak alarm."""
         self._overhead.add_values(values, t0, _perf_counter())
-        checks = self._alarm_checks
-        if checks is not None:
-            checks.add_check_retained(values)
+        judging = self._judging
+        judging.add_retained(values)
         now = _time()
         pid = current_pid()
         self.history.append(now, step, pid, values)
@@ -376,10 +378,9 @@ class Prober:
             self._sinks.write(sample)
             if hooks.end:
                 hooks.run_end(sample, self)
-        if checks is not None:
-            line = checks.after_sample(now, step, pid)  # a capture's culprits
-            if line is not None:
-                self._sinks.write(line)
+        line = judging.after_sample(values, now, step, pid)  # a capture's culprits
+        if line is not None:
+            self._sinks.write(line)
         return values
 
     def _fail(self, sp: ScheduledProbe, exc: BaseException, where: str,
@@ -399,8 +400,7 @@ class Prober:
     # -- marks and spans (memprobe.engine._phases) -------------------------------------
     @property
     def marks(self) -> Sequence[Mark]:
-        """The latest marks and span edges (at most ``memprobe.engine._phases.MAX_MARKS``),
-        oldest first."""
+        """The latest marks and span edges (at most 1,000), oldest first."""
         return self._phases.marks
 
     @property
@@ -430,9 +430,8 @@ class Prober:
 
         :param step: the step of the entry and exit samples; default: the latest.
         """
-        start = self.start_phase(label, step=step)
         try:
-            yield start
+            yield self.start_phase(label, step=step)
         finally:
             self.end_phase(label, step=step)
 
@@ -478,12 +477,16 @@ class Prober:
 
     # -- reading back -----------------------------------------------------------
     def report(self, **options: Any) -> Report:
-        """Leak verdicts on this Prober's ``history``, judged with its ``prefix``.
+        """Leak verdicts on this Prober's ``history``, judged with its ``prefix``: the
+        judged whole-process metrics at every time scale of the run (the latest samples,
+        coarser tiers, the whole run), each verdict resting on the scale that tells most
+        (without ``on_leak``, the resident sizes; the other metrics on the history).
 
         Options go to :func:`memprobe.analyze_samples` (``thresholds``,
         ``warmup``, ``min_points``...).
         """
-        return judge_history(self.history, self._lock, self.prefix, self.alarm, **options)
+        return judge_history(self.history, self._lock, self.prefix, self._judging,
+                             **options)
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
         """``(x, y)`` for one metric over ``history``; x is the step, or the sample index."""

@@ -29,6 +29,19 @@ if TYPE_CHECKING:  # imported at the first check: the statistics are not needed 
 #: given each newly leaking :class:`memprobe.Verdict`.
 OnLeak = Union[Callable[["Verdict"], Any], Literal["warn"]]
 
+#: A metric alarms once it has been judged leaking, check after check, for
+#: :data:`PERSISTENCE` times the scale its first leaking verdict rested on, at most
+#: :data:`PERSISTENCE_SAMPLES` samples: a growth seen over N samples must go on over
+#: 1.5 N more. A warm-up or a cache that fills is as steep as a leak while it grows;
+#: what tells them apart is that they stop (measured: a 200-sample ramp is judged
+#: leaking from sample 100 to 220, levelled off at 260; a cache that fills over 400
+#: samples, leaking at 340 and 380, levelled off once it clears; docs/leaks.md,
+#: "Detection curve and false alarms"). At most 256 samples, so that a slow leak,
+#: first seen over thousands of samples, is not held back by as many more (RLlib at
+#: 5 KiB per episode: first seen over ~650 episodes of the 1,300 in 40 iterations).
+PERSISTENCE = 1.5
+PERSISTENCE_SAMPLES = 256
+
 
 def check_memory_bytes() -> int:
     """The memory a leak check's own retention is measured by: malloc's bytes in use
@@ -75,13 +88,32 @@ def check_leak_options(options: Any) -> dict[str, Any]:
     return dict(options)
 
 
+def feed_tiers(tiers: Tiers, history: Sequence[Sample], prefix: str, new: int,
+               metrics: Sequence[str] | None) -> None:
+    """Feed ``tiers`` the newest ``new`` samples of ``history`` (a Prober's, newest last):
+    the whole-process metrics judged (``metrics``, default
+    :data:`memprobe.DEFAULT_METRICS`), less memprobe's own memory. Samples the history
+    no longer holds are counted, not fed (their indexes are not reused)."""
+    n = len(history)
+    take = min(new, n)
+    keep = judged_keys(prefix, metrics, sites=False)
+    select = getattr(history, "select", None)
+    samples = select(keep, n - take) if select is not None else history[n - take:]
+    if take < new:  # a history shorter than the samples since the last feed
+        tiers.skip(new - take)
+    tiers.feed(samples, prefix, keep, judged_keys(prefix, metrics, sites=False, own=False))
+
+
 class LeakAlarm:
     """Judges a sample history every ``check_every`` samples and alarms on lasting leaks.
 
     A metric alarms when it is judged leaking at ``confirmations`` checks in a
     row (a transient, such as an allocator step after a plateau, rarely lasts
     two checks: docs/leaks.md has the false-alarm rates), and only once. A count
-    of live objects needs one check more. Checks are at least ``evidence_samples``
+    of live objects needs one check more. The checks in a row must also span
+    :data:`PERSISTENCE` times the scale the first of them rested on (at most
+    :data:`PERSISTENCE_SAMPLES`): a growth that stops within that (a warm-up, a
+    cache that fills, then clears) does not alarm. Checks are at least ``evidence_samples``
     samples apart (:meth:`tick` waits for the first multiple of ``check_every``
     after that): two checks a few samples apart judge nearly the same data, so
     how often the alarm checks does not change how often it cries wolf, nor what
@@ -144,7 +176,10 @@ class LeakAlarm:
         self._counted = -evidence_samples  # the sample count at the last counted check
         self.latest: Report | None = None
         self.alarmed: set[str] = set()
-        self._streak: dict[str, int] = {}
+        # key -> (leaking checks in a row, the sample count at the first leaking check
+        # since two healthy ones in a row, the samples its scale spanned, 1 after one
+        # healthy check)
+        self._streak: dict[str, tuple[int, int, int, int]] = {}
         self._samples = 0
         capture_options = check_capture_option(capture)
         self._capture = None if capture_options is None else AlarmCapture(capture_options)
@@ -226,18 +261,7 @@ class LeakAlarm:
         by :meth:`tick` since the last call; returns the tiers."""
         new = self._samples - self._fed
         if new > 0:
-            n = len(history)
-            take = min(new, n)
-            keep = judged_keys(prefix, self.options.get("metrics"), sites=False)
-            select = getattr(history, "select", None)
-            if select is not None:
-                samples = select(keep, n - take)
-            else:
-                samples = history[n - take:]
-            if take < new:  # a history shorter than a check's samples: count the gap
-                self.tiers.skip(new - take)
-            self.tiers.feed(samples, prefix, keep, judged_keys(
-                prefix, self.options.get("metrics"), sites=False, own=False))
+            feed_tiers(self.tiers, history, prefix, new, self.options.get("metrics"))
             self._fed = self._samples
         return self.tiers
 
@@ -262,11 +286,19 @@ class LeakAlarm:
             return []  # too little new evidence since the last check that counted
         self._counted = self._samples
         leaking = report.leaking
-        streak = self._streak
-        self._streak = {v.key: streak.get(v.key, 0) + 1 for v in leaking}
+        streak, now = self._streak, self._samples
+        self._streak = {}
+        for key, (_, since, span, misses) in streak.items():
+            if not misses and key in report.verdicts:  # one healthy check: kept, not counted
+                self._streak[key] = (0, since, span, 1)
+        for v in leaking:
+            checks, since, span, _ = streak.get(v.key, (0, now, v.span_points, 0))
+            self._streak[v.key] = (checks + 1, since, span, 0)
         fired = []
         for v in leaking:
-            if v.key in self.alarmed or self._streak[v.key] < self._needed(v):
+            checks, since, span, _ = self._streak[v.key]
+            if (v.key in self.alarmed or checks < self._needed(v)
+                    or now - since < min(PERSISTENCE * span, PERSISTENCE_SAMPLES)):
                 continue
             self.alarmed.add(v.key)
             fired.append(v)

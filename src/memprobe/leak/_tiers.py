@@ -78,6 +78,31 @@ class _Ring:
         self.ts[i] = t
         self.ys[i] = y
 
+    def put(self, xs: Sequence[float], ts: Sequence[float], ys: Sequence[float]) -> None:
+        """:meth:`push` each point in order, in slices: only the last ``size`` stay."""
+        size = self.size
+        n = len(xs)
+        if n >= size:  # the ring holds the last size points, oldest first
+            self.xs[:] = array("d", xs[n - size:])
+            self.ts[:] = array("d", ts[n - size:])
+            self.ys[:] = array("d", ys[n - size:])
+            self.start, self.n = 0, size
+            return
+        j = 0
+        while j < n:
+            if self.n < size:  # free slots after the last point
+                i = (self.start + self.n) % size
+                take = min(n - j, size - self.n, size - i)
+                self.n += take
+            else:  # overwrite the oldest points
+                i = self.start
+                take = min(n - j, size - i)
+                self.start = (i + take) % size
+            self.xs[i:i + take] = array("d", xs[j:j + take])
+            self.ts[i:i + take] = array("d", ts[j:j + take])
+            self.ys[i:i + take] = array("d", ys[j:j + take])
+            j += take
+
     def points(self) -> tuple[list[float], list[float], list[float]]:
         order = [(self.start + j) % self.size for j in range(self.n)]
         return ([self.xs[i] for i in order], [self.ts[i] for i in order],
@@ -143,10 +168,50 @@ class TieredSeries:
             level += 1
 
     def extend(self, xs: Sequence[float], ts: Sequence[float], ys: Sequence[float]) -> None:
-        """Add points in order."""
-        append = self.append
-        for x, t, y in zip(xs, ts, ys):
-            append(x, t, y)
+        """Add points in order: the same as :meth:`append` of each, in slices (the raw
+        ring takes the last :data:`RAW` points at once, tier 0 a bin per
+        :data:`FIRST` points), so that feeding a batch costs little per point."""
+        n = len(xs)
+        if n < FIRST:
+            for x, t, y in zip(xs, ts, ys):
+                self.append(x, t, y)
+            return
+        self.count += n
+        self.raw.put(xs, ts, ys)
+        p = self._pending[0]
+        j = 0
+        while j < n:
+            take = min(FIRST - p.n, n - j)
+            k = p.n
+            p.xs[k:k + take] = array("d", xs[j:j + take])
+            p.ts[k:k + take] = array("d", ts[j:j + take])
+            p.ys[k:k + take] = array("d", ys[j:j + take])
+            p.n = k + take
+            j += take
+            if p.n == FIRST:
+                p.n = 0
+                self._bin(0, _median(p.xs), _median(p.ts), _median(p.ys))
+
+    def _bin(self, level: int, x: float, t: float, y: float) -> None:
+        """Push a bin into tier ``level``, and on up when it completes one there."""
+        while True:
+            tier = self.tiers[level]
+            top = level == TIERS - 1
+            if top and tier.n == tier.size:
+                tier.halve()
+            tier.push(x, t, y)
+            self.pushes[level] += 1
+            if top:
+                return
+            level += 1
+            p = self._pending[level]
+            i = p.n
+            p.xs[i], p.ts[i], p.ys[i] = x, t, y
+            p.n = i + 1
+            if p.n < FACTOR:
+                return
+            p.n = 0
+            x, t, y = _median(p.xs), _median(p.ts), _median(p.ys)
 
     def scales(self, min_points: int) -> Iterator[tuple[list[float], list[float], list[float]]]:
         """``(xs, times, ys)`` of each scale worth judging, shortest first: the raw points,

@@ -297,11 +297,14 @@ def analyze_samples(
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
     if metrics is None and _kinds.FILTERED in shorts.values():
         wanted = tuple(m for m in wanted if m != _kinds.TRACED)
-    if tiers is None:
-        tiers = Tiers()
-        tiers.add({k: c for k, c in series.items() if shorts[k] in wanted})
-    whole = {k: short_key(k, prefix) for k in tiers.series}
-    rss_level = floor_level(tiers.series.get(make_key(prefix, "process", "rss_bytes")))
+    # The metrics the given tiers lack (a Prober without an alarm keeps the resident
+    # sizes only) are judged at the scales of the samples given.
+    given = tiers.series if tiers is not None else {}
+    own_tiers = Tiers()
+    own_tiers.add({k: c for k, c in series.items() if shorts[k] in wanted and k not in given})
+    tiered = {**given, **own_tiers.series}
+    whole = {k: short_key(k, prefix) for k in tiered}
+    rss_level = floor_level(tiered.get(make_key(prefix, "process", "rss_bytes")))
     floor = max(min_growth_bytes, min_growth_fraction * rss_level)
     min_points = options.get("min_points", 20)
     # The resident size less memprobe's own memory is only as exact as that estimate:
@@ -334,7 +337,7 @@ def analyze_samples(
         if short in wanted:
             th = _threshold(key, short, thresholds, threshold_per_step)
             verdicts[key] = judge_scales(
-                tiers.series[key], min_points,
+                tiered[key], min_points,
                 lambda xs, ys, ts, k=key, th=th: judge(k, xs, ys, ts, th),
                 (key, th, floor, resident_floor, rate_floor, step, prefix, repr(options)))
     for key, (xs, ys, ts) in series.items() if sites else ():
