@@ -19,7 +19,7 @@ its directory. A node that does not answer is listed in
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,28 +155,17 @@ def fetch_jsonl(dest: str | os.PathLike[str], address: str | None = None, *,
     :param on_file: called with ``(i, n, node id/name)`` before each file is copied.
     :raises ConnectionError: the state API (the head's dashboard) cannot be reached.
     """
-    from ray.util.state import get_log, list_logs
+    from ray.util.state import get_log
 
     if max_file_bytes < 1:
         raise ValueError(f"max_file_bytes must be >= 1, got {max_file_bytes!r}")
     address, nodes = _nodes(address)
     result = FetchedJsonl()
-    alive = {n.node_id for n in nodes if n.state == "ALIVE"}
+    per_node = _node_files(address, nodes, glob, result.unreachable, list_dead=True)
     listed: dict[str, list[str]] = {}  # file name -> the nodes that list it
-    for n in sorted(nodes, key=lambda n: n.node_id):
-        if n.node_id not in alive:
-            result.unreachable.append((n.node_id, f"node {n.state.lower()}"))
-            continue
-        try:
-            groups = list_logs(address=address, node_id=n.node_id, glob_filter=glob,
-                               timeout=TIMEOUT_SECONDS)
-        except Exception as exc:
-            result.unreachable.append((n.node_id, _why(exc)))
-            continue
-        for names in groups.values():
-            for name in names:
-                if not name.endswith("/"):
-                    listed.setdefault(name, []).append(n.node_id)
+    for node_id, names in per_node.items():
+        for name in names:
+            listed.setdefault(name, []).append(node_id)
     plan = sorted(listed.items())
     for i, (name, servers) in enumerate(plan, start=1):
         owner = _owner(name)
@@ -248,6 +237,31 @@ def _nodes(address: str | None) -> tuple[str | None, list[Any]]:
                               f"{_why(exc)}") from None
 
 
+def _node_files(address: str | None, nodes: Sequence[Any], glob: str,
+                unreachable: list[tuple[str, str]], *, list_dead: bool) -> dict[str, list[str]]:
+    """``{node id: the file names it lists under glob, sorted}`` for every alive node, in
+    node id order (directories left out). A node whose listing fails is appended to
+    ``unreachable`` with why; so is a node that is not alive (``node dead``) when
+    ``list_dead``."""
+    from ray.util.state import list_logs
+
+    out: dict[str, list[str]] = {}
+    for n in sorted(nodes, key=lambda n: n.node_id):
+        if n.state != "ALIVE":
+            if list_dead:
+                unreachable.append((n.node_id, f"node {n.state.lower()}"))
+            continue
+        try:
+            groups = list_logs(address=address, node_id=n.node_id, glob_filter=glob,
+                               timeout=TIMEOUT_SECONDS)
+        except Exception as exc:
+            unreachable.append((n.node_id, _why(exc)))
+            continue
+        out[n.node_id] = sorted(name for names in groups.values() for name in names
+                                if not name.endswith("/"))
+    return out
+
+
 def read_tails(address: str | None = None, *, lines: int = 240,
                max_file_bytes: int = 4 * 2**20,
                glob: str = f"{LOG_FOLDER}/**/*.jsonl") -> Tails:
@@ -260,27 +274,21 @@ def read_tails(address: str | None = None, *, lines: int = 240,
 
     :raises ConnectionError: the state API cannot be reached.
     """
-    from ray.util.state import get_log, list_logs
+    from ray.util.state import get_log
 
     address, nodes = _nodes(address)
     out = Tails()
     seen: set[str] = set()
-    for n in sorted(nodes, key=lambda n: n.node_id):
-        if n.state != "ALIVE":
-            continue
-        try:
-            groups = list_logs(address=address, node_id=n.node_id, glob_filter=glob,
-                               timeout=TIMEOUT_SECONDS)
-        except Exception as exc:
-            out.unreachable.append((n.node_id, _why(exc)))
-            continue
-        for name in sorted(x for names in groups.values() for x in names):
-            if name.endswith("/") or name in seen:
+    # Dead nodes are left out unsaid: a live view shows what runs now.
+    per_node = _node_files(address, nodes, glob, out.unreachable, list_dead=False)
+    for node_id, names in per_node.items():
+        for name in names:
+            if name in seen:
                 continue
             seen.add(name)  # nodes sharing a log directory list the same file
             data = bytearray()
             try:
-                stream = get_log(address=address, node_id=n.node_id, filename=name,
+                stream = get_log(address=address, node_id=node_id, filename=name,
                                  tail=lines, encoding=None, timeout=TIMEOUT_SECONDS)
                 try:
                     for chunk in stream:
@@ -290,8 +298,8 @@ def read_tails(address: str | None = None, *, lines: int = 240,
                 finally:
                     stream.close()
             except Exception as exc:
-                out.unreachable.append((n.node_id, f"{name}: {_why(exc)}"))
+                out.unreachable.append((node_id, f"{name}: {_why(exc)}"))
                 continue
-            owner = _owner(name) or n.node_id
+            owner = _owner(name) or node_id
             out.files.append((owner, name, bytes(data[-max_file_bytes:])))
     return out

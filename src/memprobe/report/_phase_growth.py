@@ -56,16 +56,35 @@ def phase_growth(samples: Sequence[Sample], metrics: Sequence[str]) -> list[Phas
     The samples are read back from a JSONL file (:func:`memprobe.read_samples`):
     ``prober.history`` keeps no labels.
     """
-    if not any(_label(s, "phase") for s in samples):
-        return []
-    out: dict[str, PhaseGrowth] = {}
-    prev: Sample | None = None
+    tally = PhaseTally(metrics)
     for s in samples:
+        tally.add(s)
+    return tally.result()
+
+
+class PhaseTally:
+    """:func:`phase_growth` one sample at a time, in memory that grows with the phases
+    only (a report reads a file's samples as they stream by)."""
+
+    __slots__ = ("_metrics", "_out", "_phased", "_prev")
+
+    def __init__(self, metrics: Sequence[str]) -> None:
+        self._metrics = tuple(metrics)
+        self._out: dict[str, PhaseGrowth] = {}
+        self._prev: Sample | None = None
+        self._phased = False  # some sample has a phase
+
+    def add(self, s: Sample) -> None:
+        """The next sample, in time order."""
         phase = _label(s, "phase")
         edge = _label(s, "phase_edge")
+        out = self._out
+        if phase:
+            self._phased = True
         if phase and edge == "start":
             g = out.setdefault(phase, PhaseGrowth(phase, growth={}))
             g.spans += 1
+        prev = self._prev
         if prev is not None:
             pa = _label(prev, "phase")
             if _label(prev, "phase_edge") == "end":
@@ -75,31 +94,74 @@ def phase_growth(samples: Sequence[Sample], metrics: Sequence[str]) -> list[Phas
             g = out.setdefault(where, PhaseGrowth(where, growth={}))
             g.seconds += s.time_seconds - prev.time_seconds
             assert g.growth is not None
-            for key in metrics:
+            for key in self._metrics:
                 if key in s.values and key in prev.values:
                     g.growth[key] = g.growth.get(key, 0.0) + (
                         float(s.values[key]) - float(prev.values[key]))
-        prev = s
-    return sorted(out.values(), key=lambda g: (g.label == "", g.label))
+        self._prev = s
+
+    def result(self, metrics: Sequence[str] | None = None) -> list[PhaseGrowth]:
+        """The phases, outside every span last; empty when no sample had a phase.
+
+        :param metrics: the growth of these keys only (default: all tallied).
+        """
+        if not self._phased:
+            return []
+        out = sorted(self._out.values(), key=lambda g: (g.label == "", g.label))
+        if metrics is None:
+            return out
+        return [PhaseGrowth(g.label, g.spans, g.seconds,
+                            {k: v for k, v in (g.growth or {}).items() if k in metrics})
+                for g in out]
+
+
+#: Marks, and spans, a report keeps of one run (the first ones).
+MAX_MARKS = 1000
 
 
 def mark_times(samples: Sequence[Sample]) -> tuple[list[tuple[float, str]],
                                                    list[tuple[float, float, str]]]:
     """``(marks, spans)``: each mark as ``(time, label)``, each span as
     ``(start time, end time, label)`` (a span left open ends at the last sample)."""
-    marks: list[tuple[float, str]] = []
-    spans: list[tuple[float, float, str]] = []
-    open_: dict[str, float] = {}
+    tally = MarkTally()
     for s in samples:
+        tally.add(s)
+    return tally.result()
+
+
+class MarkTally:
+    """:func:`mark_times` one sample at a time: the first :data:`MAX_MARKS` marks and
+    spans, and at most that many spans open at once."""
+
+    __slots__ = ("_last", "_open", "marks", "spans")
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, str]] = []
+        self.spans: list[tuple[float, float, str]] = []
+        self._open: dict[str, float] = {}
+        self._last: float | None = None
+
+    def add(self, s: Sample) -> None:
+        """The next sample, in time order."""
+        self._last = s.time_seconds
+        if s.labels is None:
+            return
         mark = _label(s, "mark")
-        if mark:
-            marks.append((s.time_seconds, mark))
+        if mark and len(self.marks) < MAX_MARKS:
+            self.marks.append((s.time_seconds, mark))
         phase = _label(s, "phase")
         edge = _label(s, "phase_edge")
         if phase and edge == "start":
-            open_[phase] = s.time_seconds
-        elif phase and edge == "end" and phase in open_:
-            spans.append((open_.pop(phase), s.time_seconds, phase))
-    if samples:
-        spans += [(t, samples[-1].time_seconds, p) for p, t in open_.items()]
-    return marks, spans
+            if phase in self._open or len(self._open) < MAX_MARKS:
+                self._open[phase] = s.time_seconds
+        elif phase and edge == "end" and phase in self._open:
+            start = self._open.pop(phase)
+            if len(self.spans) < MAX_MARKS:
+                self.spans.append((start, s.time_seconds, phase))
+
+    def result(self) -> tuple[list[tuple[float, str]], list[tuple[float, float, str]]]:
+        """``(marks, spans)``, the spans left open ending at the last sample."""
+        spans = list(self.spans)
+        if self._last is not None:
+            spans += [(t, self._last, p) for p, t in self._open.items()]
+        return list(self.marks), spans

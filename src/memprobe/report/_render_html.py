@@ -40,7 +40,7 @@ def kept_stacks(summary: RunSummary) -> tuple[str, list[tuple[str, float]]]:
     ``tracemalloc`` or ``memray``), else what the leaking sites grew by."""
     head = keys.prefix_path(summary.run.prefix) + "capture"
     stacks: list[tuple[str, float]] = []
-    for sample in summary.run.samples:
+    for sample in summary.run.digest.captures:
         if head + "/duration_seconds" not in sample.values:
             continue
         for k, v in sample.values.items():

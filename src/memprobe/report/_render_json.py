@@ -68,7 +68,7 @@ def process(summary: RunSummary) -> dict[str, Any]:
                  for k, v in run.tags.items()},
         "files": list(run.files),
         "prefix": run.prefix,
-        "samples": len(run.samples),
+        "samples": run.n_samples,
         "span_seconds": _num(run.span_seconds),
         "leak": summary.n_leaks > 0,
         "leaking_metrics": [m.short for m in summary.metrics if m.leak],

@@ -71,7 +71,7 @@ def figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
     """The matplotlib figure: one panel per metric, leaks marked and labelled inside it."""
     from matplotlib.ticker import MaxNLocator
 
-    t0 = min(s.run.samples[0].time_seconds for s in summaries)
+    t0 = min(s.run.start_seconds for s in summaries)
     shown = {m.short for s in summaries for m in s.metrics
              if m.short not in ONLY_WHEN_LEAKING or m.leak}
     panels = [m for m in PLOT_METRICS if m in shown] or ["process/rss_bytes"]
@@ -86,8 +86,9 @@ def figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
         labels = []
         for s in summaries:
             key = keys.prefix_path(s.run.prefix) + metric
-            pts = [(x.time_seconds - t0, x.values[key]) for x in s.run.samples
-                   if key in x.values]
+            # Every point up to the digest's PLOT_POINTS, else evenly thinned.
+            _, ts, ys_all = s.run.digest.series(key)
+            pts = [(t - t0, y) for t, y in zip(ts, ys_all)]
             if not pts:
                 continue
             integer = integer and all(float(y).is_integer() for _, y in pts)

@@ -54,7 +54,7 @@ def heading(summary: RunSummary) -> str:
     run = summary.run
     cmd = f" {safe(run.tags['command'])}" if "command" in run.tags else ""
     files = ", ".join(safe(f) for f in run.files)
-    return (f"{safe(run.label)}{cmd}: {len(run.samples)} samples over "
+    return (f"{safe(run.label)}{cmd}: {run.n_samples} samples over "
             f"{run.span_seconds:.1f} s ({files})")
 
 

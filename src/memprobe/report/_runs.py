@@ -9,17 +9,17 @@ peak, growth and verdict, the notes, the suspect sites, and hints.
 
 from __future__ import annotations
 
+import heapq
 import inspect
 import json
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .. import keys
 from .._errors import MemprobeWarning
-from .._jsonl_fields import HOLDERS
 from .._registry import describe_key
 from .._sample import Sample
 from ..leak._verdicts import (
@@ -30,8 +30,9 @@ from ..leak._verdicts import (
     analyze_samples,
     format_culprit,
 )
+from ._digest import PHASE_METRICS, RunDigest, digest_of
 from ._jsonl import JsonlReadError, iter_records
-from ._phase_growth import PhaseGrowth, mark_times, phase_growth
+from ._phase_growth import PhaseGrowth
 
 #: Samples a verdict needs (the ``min_points`` of :func:`memprobe.analyze`).
 MIN_SAMPLES = inspect.signature(analyze).parameters["min_points"].default
@@ -41,13 +42,26 @@ NAMING_PROBES = ("tracemalloc", "objects", "memray")
 
 @dataclass
 class ProcessRun:
-    """The samples of one process (pid + tags), possibly from several files."""
+    """One process (pid + tags), possibly from several files.
+
+    :func:`load_runs` gives its samples as a :class:`memprobe.report._digest.RunDigest`, what a
+    report needs of them in bounded memory; a run made from ``samples`` in memory gets
+    its digest when first asked.
+    """
 
     pid: int
     tags: dict[str, Any]
     files: list[str] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
     prefix: str = keys.DEFAULT_PREFIX
+    _digest: RunDigest | None = field(default=None, repr=False)
+
+    @property
+    def digest(self) -> RunDigest:
+        """What the report keeps of the samples (made from :attr:`samples` when not read)."""
+        if self._digest is None:
+            self._digest = digest_of(self.samples, self.prefix)
+        return self._digest
 
     @property
     def label(self) -> str:
@@ -56,9 +70,19 @@ class ProcessRun:
         return f"pid {self.pid}" + (f" ({tags})" if tags else "")
 
     @property
+    def n_samples(self) -> int:
+        """Samples of the process."""
+        return self.digest.count
+
+    @property
+    def start_seconds(self) -> float:
+        """Unix seconds of the first sample."""
+        return self.digest.first_seconds
+
+    @property
     def span_seconds(self) -> float:
         """Seconds from the first sample to the last."""
-        return self.samples[-1].time_seconds - self.samples[0].time_seconds if self.samples else 0.0
+        return self.digest.span_seconds
 
 
 @dataclass
@@ -124,7 +148,13 @@ def load_runs(
     on_warning: Callable[[str], None] | None = None,
     on_file: Callable[[int, int, str], None] | None = None,
 ) -> list[ProcessRun]:
-    """Read JSONL files into one run per (pid, tags), samples in time order.
+    """Read JSONL files into one run per (pid, tags), its samples in time order.
+
+    The samples stream through each run's :class:`memprobe.report._digest.RunDigest`: memory
+    per run is bounded whatever the files' length; the runs held grow with the number
+    of processes. A run whose samples come out of time order (its files given newest
+    first, a clock set back) is read again: merged from its files when each holds its
+    samples in order, else sorted in memory.
 
     :param on_warning: called with each warning's text (bad lines); default: re-warned.
     :param on_file: called with ``(i, n, path)`` before each file is read.
@@ -136,6 +166,7 @@ def load_runs(
         if not os.path.lexists(path):
             raise JsonlReadError(path, "no such file")
     runs: dict[str, ProcessRun] = {}
+    order: dict[str, _Order] = {}
     read: dict[tuple[int, int], str] = {}  # (st_dev, st_ino) of each file read
     for i, path in enumerate(files, start=1):
         if on_file is not None:
@@ -155,34 +186,86 @@ def load_runs(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             for rec in iter_records(path):
-                gkey = json.dumps([rec.sample.pid, rec.tags], sort_keys=True, default=str)
+                sample = rec.sample
+                gkey = _run_key(sample.pid, rec.tags)
                 run = runs.get(gkey)
                 if run is None:
-                    run = runs[gkey] = ProcessRun(rec.sample.pid, rec.tags)
-                if path not in run.files:
-                    run.files.append(path)
-                run.samples.append(rec.sample)
+                    run = runs[gkey] = ProcessRun(sample.pid, rec.tags)
+                    run._digest = RunDigest()
+                    o = order[gkey] = _Order()
+                else:
+                    o = order[gkey]
+                if o.path != path:
+                    o.path, o.file_last = path, -math.inf
+                    if path not in run.files:
+                        run.files.append(path)
+                t = sample.time_seconds
+                if t < o.file_last:
+                    o.files_sorted = False
+                o.file_last = t
+                if run._digest is not None:
+                    if t < o.last:  # out of time order: read again below
+                        run._digest = None
+                    else:
+                        o.last = t
+                        run._digest.add(sample)
         for w in caught:
             if on_warning is not None and issubclass(w.category, MemprobeWarning):
                 on_warning(str(w.message))
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     out = []
-    for run in runs.values():
-        run.samples.sort(key=lambda s: s.time_seconds)
-        if not math.isfinite(run.span_seconds):  # times of +-1.7e308: no rate can be given
+    for gkey, run in runs.items():
+        if run._digest is None:
+            run._digest = _reread(gkey, run.files, order[gkey].files_sorted)
+        digest = run._digest.finish()
+        run.prefix = digest.prefix or keys.DEFAULT_PREFIX
+        if not math.isfinite(digest.span_seconds):  # times of +-1.7e308: no rate can be given
             text = (f"{', '.join(run.files)}: {run.label}: its times span more than a float "
-                    f"holds ({run.samples[0].time_seconds:g} to "
-                    f"{run.samples[-1].time_seconds:g} s); not reported")
+                    f"holds ({digest.first_seconds:g} to "
+                    f"{digest.last_seconds:g} s); not reported")
             _warn(text, on_warning)
             continue
         out.append(run)
-        for s in run.samples:
-            prefix = keys.infer_prefix(s.values)
-            if prefix is not None:
-                run.prefix = prefix
-                break
     return out
+
+
+def _run_key(pid: int, tags: Mapping[str, Any]) -> str:
+    return json.dumps([pid, tags], sort_keys=True, default=str)
+
+
+@dataclass
+class _Order:
+    """Whether a run's samples come in time order, overall and within each file."""
+
+    last: float = -math.inf  # the latest time fed
+    path: str = ""  # the file read now, and the latest time in it
+    file_last: float = -math.inf
+    files_sorted: bool = True
+
+
+def _reread(gkey: str, files: Sequence[str], files_sorted: bool) -> RunDigest:
+    """The digest of a run whose samples were out of time order, read again from its files
+    (their warnings were given at the first reading)."""
+    def samples(path: str) -> Iterator[Sample]:
+        for rec in iter_records(path):
+            if _run_key(rec.sample.pid, rec.tags) == gkey:
+                yield rec.sample
+
+    digest = RunDigest()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        streams = [samples(p) for p in files]
+        if files_sorted:  # each file in order: merged (ties in the files' order)
+            merged: Iterable[Sample] = heapq.merge(*streams, key=lambda s: s.time_seconds)
+        else:
+            merged = sorted((s for st in streams for s in st), key=lambda s: s.time_seconds)
+        try:
+            for s in merged:
+                digest.add(s)
+        except (JsonlReadError, OSError):  # a file gone since it was read: what was read
+            pass
+    return digest
 
 
 def _warn(text: str, on_warning: Callable[[str], None] | None) -> None:
@@ -193,8 +276,10 @@ def _warn(text: str, on_warning: Callable[[str], None] | None) -> None:
 
 
 # -- summarizing -----------------------------------------------------------------------------
-def _detection_point(xs: list[float], ys: list[float], ts: list[float], key: str) -> int | None:
-    """Index of the first prefix of the series (checked at up to 24 lengths) judged a leak."""
+def _detection_point(xs: Sequence[float], ys: Sequence[float], ts: Sequence[float],
+                     key: str) -> int | None:
+    """Index of the first prefix of the series (checked at up to 24 lengths) judged a leak
+    (the series as the digest keeps it: every point up to ``PLOT_POINTS``, else thinned)."""
     n = len(xs)
     for m in sorted({max(2, round(n * k / 24)) for k in range(1, 25)}):
         if analyze(xs[:m], ys[:m], key=key, times=ts[:m]).status == "leak":
@@ -225,7 +310,7 @@ def _suspects(run: ProcessRun, report: Any, n: int = 5) -> tuple[str, list[tuple
                             for c in named)][:n]
     if out:
         return "top suspects", out
-    last = run.samples[-1].values if run.samples else {}
+    last = run.digest.last[-1].values if run.digest.last else {}
     top = []
     for k, v in last.items():
         found = keys.split_site_key(k, run.prefix)
@@ -264,20 +349,21 @@ def verdict_text(m: MetricSummary) -> str:
 
 def summarize(run: ProcessRun) -> RunSummary:
     """The summary of one run: metrics with verdicts, notes, suspects, hints."""
-    report = analyze_samples(run.samples, prefix=run.prefix)
+    digest = run.digest
+    # The whole-process metrics judged at every scale from the tiers, the sites and types
+    # on the latest samples: as the live alarm judges a Prober's history.
+    report = analyze_samples(digest.window_samples(), prefix=run.prefix, tiers=digest.tiers)
     head = keys.prefix_path(run.prefix)
     out: list[MetricSummary] = []
     for short in DEFAULT_METRICS:
         key = head + short
-        pts = [(i, s) for i, s in enumerate(run.samples) if key in s.values]
-        if not pts:
+        st = digest.stats.get(key)
+        if st is None:
             continue
-        ys = [float(s.values[key]) for _, s in pts]
         ms = MetricSummary(key, short, describe_key(key, run.prefix).unit,
-                           ys[0], ys[-1], max(ys), report.verdicts.get(key))
+                           st.start, st.end, st.peak, report.verdicts.get(key))
         if ms.leak:
-            xs = [float(s.step if s.step is not None else i) for i, s in pts]
-            ts = [s.time_seconds for _, s in pts]
+            xs, ts, ys = digest.series(key)
             j = _detection_point(xs, ys, ts, key)
             if j is not None:
                 ms.detected_at = (ts[j], ys[j])
@@ -288,10 +374,10 @@ def summarize(run: ProcessRun) -> RunSummary:
     short_of = [m.verdict for m in out
                 if m.verdict is not None and m.verdict.status == "insufficient"]
     if short_of:
-        hints.append(_insufficient_hint(short_of, len(run.samples), run.tags))
+        hints.append(_insufficient_hint(short_of, digest.count, run.tags))
     # The probes of the last sample (not the alarm's capture line, which has none).
     capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
-    last = [s for s in run.samples[-2:] if capture_key not in s.values]
+    last = [s for s in digest.last if capture_key not in s.values]
     probes = {keys.split_short(keys.short_key(k, run.prefix))[0]
               for s in last[-1:] for k in s.values}
     if any(m.leak for m in out) and not probes & set(NAMING_PROBES):
@@ -299,8 +385,9 @@ def summarize(run: ProcessRun) -> RunSummary:
                      "(or add objects to name the type of object that piles up)")
     summary = RunSummary(run, out, report, notes, title, suspects, hints)
     summary.phase_metrics = [m for m in out if m.short in PHASE_METRICS][:4]
-    summary.phases = phase_growth(run.samples, [m.key for m in summary.phase_metrics])
-    summary.marks, summary.spans = mark_times(run.samples)
+    assert digest.phases is not None
+    summary.phases = digest.phases.result([m.key for m in summary.phase_metrics])
+    summary.marks, summary.spans = digest.marks.result()
     summary.captured = _captured(run)
     summary.holders = _holders(run)
     if summary.captured:  # the capture named the line: no need to rerun for it
@@ -335,17 +422,12 @@ def _how_to_sample_more(tags: Mapping[str, Any]) -> str:
     return "run longer or sample more often"
 
 
-#: Metrics whose growth per phase the reports show, when the run has them (at most 4).
-PHASE_METRICS = ("process/rss_bytes", "tracemalloc/filtered_bytes",
-                 "tracemalloc/traced_bytes", "objects/total_count", "process/num_fds")
-
-
 def _captured(run: ProcessRun, n: int = 5) -> list[tuple[str, str]]:
     """The culprits the alarm's deep capture wrote (keys under ``<prefix>/capture/``)."""
     head = keys.join_prefix(run.prefix, "capture")
     capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
     out: list[tuple[str, str]] = []
-    for s in run.samples:
+    for s in run.digest.captures:
         if capture_key not in s.values:
             continue
         found: list[tuple[float, str, str]] = []
@@ -367,14 +449,9 @@ def _captured(run: ProcessRun, n: int = 5) -> list[tuple[str, str]]:
 
 def _holders(run: ProcessRun, n: int = 5) -> list[str]:
     """The referrer chains the alarm's capture lines carry (their ``holders`` field)."""
-    out: list[str] = []
-    for s in run.samples:
-        text = s.labels.get(HOLDERS) if s.labels else None
-        if text:
-            out += (chain[:600] for chain in text.splitlines())
-    return list(dict.fromkeys(out))[:n]
+    return run.digest.holders[:n]
 
 
 def summarize_all(runs: Sequence[ProcessRun]) -> list[RunSummary]:
     """The summaries of the runs that have samples."""
-    return [summarize(r) for r in runs if r.samples]
+    return [summarize(r) for r in runs if r.n_samples]
