@@ -56,8 +56,8 @@ try:  # the report's modules and the plugins' declarations, loaded by every repo
     import memprobe.report._runs, memprobe.report._render_text, memprobe.leak._verdicts
     from memprobe._registry import installed_declarations as declarations
 except ImportError:  # a checkout before the modules moved into sub-packages
-    import memprobe._render_text, memprobe._verdicts
-    from memprobe._runs import declarations
+    import memprobe.report._render_text, memprobe.leak._verdicts
+    from memprobe.report._runs import declarations
 declarations()
 base = hwm_mib()
 t = time.perf_counter()

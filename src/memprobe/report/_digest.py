@@ -12,7 +12,7 @@ what the live leak alarm keeps, so that both judge alike:
 - per metric shown: its first, last and peak values, and its points thinned to at most
   :data:`PLOT_POINTS` (every other one dropped each time they fill), for the plot and
   the point where a leak was first seen (exact up to that many samples);
-- the growth per phase, the first :data:`memprobe._phase_growth.MAX_MARKS` marks and
+- the growth per phase, the first :data:`memprobe.report._phase_growth.MAX_MARKS` marks and
   spans, the first :data:`MAX_CAPTURES` lines of the alarm's capture, the last two
   samples.
 """
