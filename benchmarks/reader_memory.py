@@ -56,8 +56,10 @@ try:  # the report's modules and the plugins' declarations, loaded by every repo
     import memprobe.report._runs, memprobe.report._render_text, memprobe.leak._verdicts
     from memprobe._registry import installed_declarations as declarations
 except ImportError:  # a checkout before the modules moved into sub-packages
-    import memprobe.report._render_text, memprobe.leak._verdicts
-    from memprobe.report._runs import declarations
+    import importlib
+    for name in ("_render_text", "_verdicts"):
+        importlib.import_module("memprobe." + name)
+    declarations = importlib.import_module("memprobe." + "_runs").declarations
 declarations()
 base = hwm_mib()
 t = time.perf_counter()
