@@ -24,6 +24,16 @@ Goals: no alarm, live or in the report, on healthy and bounded cases; every leak
 found by the live alarm within 10 iterations, in the EnvRunner, culprit named, the
 alarm held to the last iteration.
 Each run's row is appended to ``--out`` as it finishes.
+
+The cases of leaks made through library calls (``numpy_leak``, ``torch_leak``,
+``json_leak``, ``regex_leak``, ``factory_leak``, ``native_lib_leak``: issue 24)
+are also judged on the culprit's order and the kind: the user's line first in the
+live keys, in ``memprobe report --json`` on the EnvRunner's JSONL and in
+``check_rllib_leaks`` (its ``env`` component, run once per case and seed in this
+process), and the kind that report gives. ``--modes`` runs each case with the
+callback's defaults (``default``: process and gc, the alarm's capture names the
+culprit), ``diagnose`` (``diagnose=True``) and ``memray`` (diagnose's probes plus
+memray windows with C stacks).
 """
 
 from __future__ import annotations
@@ -44,12 +54,49 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from rllib_field_envs import CASES, fault_line  # noqa: E402
+from rllib_field_helpers import factory_line  # noqa: E402
+
+#: Cases of leaks made through library calls: the first culprit named (live, in the
+#: report, by check_rllib_leaks) must start with the first text and contain the
+#: second, by mode. None: the mode does not judge the culprit's order.
+LIBRARY_CASES: dict[str, dict[str, tuple[str, str] | None]] = {
+    "numpy_leak": {m: (fault_line("numpy"), " → numpy/") for m in ("default", "diagnose",
+                                                                   "memray")},
+    "json_leak": {m: (fault_line("json"), " → json/") for m in ("default", "diagnose",
+                                                                "memray")},
+    "regex_leak": {m: (fault_line("regex"), " → re/") for m in ("default", "diagnose",
+                                                                "memray")},
+    # The factory is the user's own helper: its line is the nearest user frame.
+    "factory_leak": {m: (factory_line(), "") for m in ("default", "diagnose", "memray")},
+    # Native memory: named "native" without memray; with it, the user's line then C.
+    "torch_leak": {"default": ("native", ""), "diagnose": ("native", ""),
+                   "memray": (fault_line("torch"), " → ")},
+    "native_lib_leak": {"default": ("native", ""), "diagnose": ("native", ""),
+                        "memray": ("native_helper.py:", "leaky_alloc")},
+}
+
+MODES = ("default", "diagnose", "memray")
 
 
 def expected_culprit(kind: str) -> str | None:
     """Text the named culprit must contain, for a leak of ``kind``."""
     return {"python": fault_line("python"), "native": "native", "fds": "fds",
             "objects": "TrajectoryNote"}.get(kind)
+
+
+def callback(mode: str, logdir: str) -> Any:
+    """The callback class of ``mode`` (see :data:`MODES`), writing JSONL to ``logdir``."""
+    from memprobe_rllib import MemoryProbeCallback
+    from memprobe_rllib._options import DIAGNOSE_BUDGET, DIAGNOSE_PERIOD, DIAGNOSE_PROBES
+
+    if mode == "default":
+        return MemoryProbeCallback.configure(jsonl=logdir)
+    if mode == "diagnose":
+        return MemoryProbeCallback.configure(diagnose=True, jsonl=logdir)
+    probes = {k: dict(v) for k, v in DIAGNOSE_PROBES.items()}
+    probes["memray"] = {"window_steps": 1, "period_steps": DIAGNOSE_PERIOD,
+                        "native_traces": True}
+    return MemoryProbeCallback.configure(probes=probes, budget=DIAGNOSE_BUDGET, jsonl=logdir)
 
 
 def config(env: Any, seed: int, callbacks: Any = None) -> Any:
@@ -120,7 +167,8 @@ def judge_files(row: dict[str, Any], logdir: str) -> None:
 def rejudge_ok(row: dict[str, Any]) -> None:
     """Whether the run meets the goals: ``row["ok"]`` and, if not, ``row["why"]``."""
     expect = row["expect"]
-    want = expected_culprit(expect)
+    # A library case's culprit is judged by judge_library (its order, by mode).
+    want = None if row["case"] in LIBRARY_CASES else expected_culprit(expect)
     er = row["processes"]["env_runner 1"]
     if expect in ("healthy", "bounded"):
         alarms = [p for p, d in row["processes"].items()
@@ -128,7 +176,8 @@ def rejudge_ok(row: dict[str, Any]) -> None:
         row["ok"] = not alarms
         row["why"] = "false alarm in " + ", ".join(alarms) if alarms else ""
     else:
-        named = bool(want) and any(want in c for c in er["culprits"])
+        named = (bool(er["culprits"]) if row["case"] in LIBRARY_CASES
+                 else bool(want) and any(want in c for c in er["culprits"]))
         found = er["alarm_at"] is not None and er["alarm_at"] <= 10
         held = er.get("held", True)  # rows of runs made before "held" was recorded
         others = [p for p in ("driver", "learner 0") if row["processes"][p].get("alarm_at")]
@@ -140,14 +189,74 @@ def rejudge_ok(row: dict[str, Any]) -> None:
             + (f"false alarm in {others}" if others else ""))
 
 
-def judge_run(name: str, seed: int, iterations: int, baseline: float) -> dict[str, Any]:
-    from memprobe_rllib import MemoryProbeCallback
+def report_json(logdir: str) -> dict[str, Any]:
+    """``memprobe report --json`` on the EnvRunner's JSONL: its kind and culprits."""
+    import subprocess
 
+    files = sorted(glob.glob(os.path.join(logdir, "memprobe-env_runner-*.jsonl")))
+    if not files:
+        return {"kind": None, "culprits": [], "error": "no EnvRunner JSONL"}
+    out = subprocess.run([sys.executable, "-m", "memprobe", "report", "--json", *files],
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode not in (0, 1):
+        return {"kind": None, "culprits": [], "error": out.stderr.strip()[-300:]}
+    procs = json.loads(out.stdout).get("processes", [])
+    p = procs[0] if procs else {}
+    return {"kind": p.get("kind"), "culprits": list(p.get("culprits", []))[:5],
+            "leak": p.get("leak")}
+
+
+def check_offline(name: str, seed: int) -> dict[str, Any]:
+    """``check_rllib_leaks`` on the env of ``name`` (its ``env`` component), in this process."""
+    import rllib_field_envs
+
+    from memprobe_rllib import check_rllib_leaks
+
+    t0 = time.perf_counter()
+    try:
+        check = check_rllib_leaks(config(CASES[name][0], seed), components=["env"])["env"]
+    finally:
+        rllib_field_envs.KEPT.clear()
+    return {"leak": check.leak, "kind": check.report.kind, "suspects": list(check.suspects[:5]),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def judge_library(row: dict[str, Any]) -> None:
+    """For a case of :data:`LIBRARY_CASES`: ``row["library"]``, whether the live keys, the
+    report and check_rllib_leaks name the culprit first, and whether the report's kind
+    is right."""
+    want = LIBRARY_CASES[row["case"]].get(row["mode"])
+    if want is None:
+        return
+    head, within = want
+
+    def first_ok(names: list[str]) -> bool:
+        return bool(names) and names[0].startswith(head) and within in names[0]
+
+    er = row["processes"]["env_runner 1"]
+    live = [c for c in er.get("culprits", [])]
+    rep = row.get("report_json", {})
+    lib = {"live": first_ok(live), "report": first_ok(rep.get("culprits", [])),
+           "kind": rep.get("kind") == row["expect"]}
+    off = row.get("check")
+    if off is not None:
+        # Offline, native memory has no site: only a Python case's suspects are judged.
+        lib["check"] = (off["leak"] and (first_ok(off["suspects"]) if row["expect"] != "native"
+                                         else True))
+    row["library"] = lib
+    if not all(lib.values()):
+        row["ok"] = False
+        row["why"] = (row.get("why", "") + " " + "; ".join(
+            f"{k} wrong" for k, v in lib.items() if not v)).strip()
+
+
+def judge_run(name: str, seed: int, iterations: int, baseline: float,
+              mode: str = "diagnose") -> dict[str, Any]:
     env, expect = CASES[name]
-    logdir = tempfile.mkdtemp(prefix=f"field-{name}-{seed}-")
-    cls = MemoryProbeCallback.configure(diagnose=True, jsonl=logdir)
+    logdir = tempfile.mkdtemp(prefix=f"field-{name}-{mode}-{seed}-")
+    cls = callback(mode, logdir)
     results, seconds = train(config(env, seed, cls), iterations)
-    row: dict[str, Any] = {"case": name, "seed": seed, "expect": expect,
+    row: dict[str, Any] = {"case": name, "mode": mode, "seed": seed, "expect": expect,
                            "seconds": round(seconds, 1), "processes": {}}
     for proc, head in PROCESSES.items():
         alarm_at = None
@@ -167,6 +276,8 @@ def judge_run(name: str, seed: int, iterations: int, baseline: float) -> dict[st
     judge_files(row, logdir)
     row["steps_ratio"] = round(steps_per_second(results) / baseline, 3) if baseline else None
     rejudge_ok(row)
+    if name in LIBRARY_CASES:
+        row["report_json"] = report_json(logdir)
     return row
 
 
@@ -175,6 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--case", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--modes", nargs="+", default=["diagnose"], choices=MODES,
+                        help="callback modes to run each case in (default: diagnose)")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the run without the callback (no steps/s ratio)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip check_rllib_leaks on the library cases")
     parser.add_argument("--out", default="field_accuracy_rllib.jsonl")
     parser.add_argument("--rejudge", metavar="ROWS.jsonl",
                         help="judge the JSONL files of runs already made again, print the table")
@@ -188,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                 judge_files(row, logdir)
                 rejudge_ok(row)
         print_table(rows)
+        print_library_table(rows)
         return 0
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     logging.getLogger("ray").setLevel(logging.ERROR)
@@ -197,23 +315,39 @@ def main(argv: list[str] | None = None) -> int:
     path = os.pathsep.join(p for p in (HERE, src, os.environ.get("PYTHONPATH")) if p)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
-    rows = []
+    rows: list[dict[str, Any]] = []
     try:
         for seed in args.seeds:
-            base, _ = train(config(CASES["healthy"][0], seed), args.iterations)
-            baseline = steps_per_second(base)
+            baseline = 0.0
+            if not args.no_baseline:
+                base, _ = train(config(CASES["healthy"][0], seed), args.iterations)
+                baseline = steps_per_second(base)
             for name in args.case:
-                try:
-                    row = judge_run(name, seed, args.iterations, baseline)
-                except Exception as exc:  # one failed run must not lose the others
-                    row = {"case": name, "seed": seed, "ok": False, "why": repr(exc)}
-                rows.append(row)
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                print(json.dumps(row), flush=True)
+                offline = None
+                if name in LIBRARY_CASES and not args.no_check:
+                    try:
+                        offline = check_offline(name, seed)
+                    except Exception as exc:
+                        offline = {"leak": False, "kind": None, "suspects": [],
+                                   "error": repr(exc)}
+                for mode in args.modes:
+                    try:
+                        row = judge_run(name, seed, args.iterations, baseline, mode)
+                        if offline is not None:
+                            row["check"] = offline
+                        if name in LIBRARY_CASES:
+                            judge_library(row)
+                    except Exception as exc:  # one failed run must not lose the others
+                        row = {"case": name, "mode": mode, "seed": seed, "ok": False,
+                               "why": repr(exc)}
+                    rows.append(row)
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    print(json.dumps(row), flush=True)
     finally:
         ray.shutdown()
     print_table(rows)
+    print_library_table(rows)
     return 0
 
 
@@ -238,6 +372,31 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{', '.join(er.get('culprits', [])) or '-'} | {dr.get('alarm_at') or '-'} | "
               f"{lr.get('alarm_at') or '-'} | {reports} | "
               f"{r.get('steps_ratio', '-')} | {ok} |")
+
+
+def print_library_table(rows: list[dict[str, Any]]) -> None:
+    """A Markdown table of the library cases: the culprit each path names first, the kind."""
+    rows = [r for r in rows if r.get("case") in LIBRARY_CASES]
+    if not rows:
+        return
+    print()
+    print("| case | mode | seed | EnvRunner alarm at (held) | live culprit keys | "
+          "`memprobe report`: kind, first culprit | `check_rllib_leaks` env: kind, first "
+          "suspect | ok |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        er = r.get("processes", {}).get("env_runner 1", {})
+        at = er.get("alarm_at")
+        held = "" if at is None else (" (held)" if er.get("held") else " (lowered)")
+        rep = r.get("report_json", {})
+        off = r.get("check") or {}
+        first = (rep.get("culprits") or ["-"])[0]
+        sus = (off.get("suspects") or ["-"])[0] if off.get("leak") else (
+            "no leak" if off else "-")
+        ok = "yes" if r.get("ok") else "NO: " + r.get("why", "")
+        print(f"| {r['case']} | {r.get('mode', 'diagnose')} | {r['seed']} | {at or '-'}{held} "
+              f"| {', '.join(er.get('culprits', [])) or '-'} | {rep.get('kind') or '-'}, "
+              f"{first} | {off.get('kind') or '-'}, {sus} | {ok} |")
 
 
 if __name__ == "__main__":
