@@ -335,6 +335,7 @@ def analyze_samples(
     sites_r, types_r = rank(site_v), rank(type_v)
     site_names = tuple(v.site or "" for v in sites_r if v.leaking)
     type_names = tuple(v.site or "" for v in types_r if v.leaking)
+    holders = tuple(v.site or "" for v in sites_r if v.status in ("leak", "slight"))
     forecast, rss_v = (series.get(make_key(prefix, *FORECAST.split("/"))),
                        verdicts.get(make_key(prefix, "process", "rss_bytes")))
     if forecast and forecast[1][-1] >= 0 and rss_v and rss_v.status in ("leak", "slight"):
@@ -343,6 +344,6 @@ def analyze_samples(
     for k, v in list(verdicts.items()):
         if v.leaking:
             kind, culprits, note = _kinds.classify(v.metric, by_metric, site_names, type_names,
-                                                   windows)
+                                                   windows, holders)
             verdicts[k] = dataclasses.replace(v, kind=kind, culprits=culprits, note=note)
     return Report(verdicts, sites_r, types_r, prefix)
