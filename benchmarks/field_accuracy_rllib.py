@@ -277,6 +277,62 @@ def judge_library(row: dict[str, Any]) -> None:
             f"{k} wrong" for k, v in lib.items() if not v)).strip()
 
 
+def judge_local(name: str, seed: int, iterations: int, mode: str) -> dict[str, Any]:
+    """Without a Ray cluster: the EnvRunner's side alone. A local ``SingleAgentEnvRunner``
+    (the same callback, in this process) runs ``sample(num_timesteps=500)`` then
+    ``get_metrics()`` per iteration, with no training in between (its random policy's
+    episodes stay short). The live keys are read from ``get_metrics()``; the JSONL is the
+    runner's own."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    env, expect = CASES[name]
+    logdir = tempfile.mkdtemp(prefix=f"field-local-{name}-{mode}-{seed}-")
+    cfg = config(env, seed, callback(mode, logdir)).env_runners(num_env_runners=0)
+    t0 = time.perf_counter()
+    runner = SingleAgentEnvRunner(config=cfg)
+    alarm_at, held, culprits = None, True, []
+    head = "memprobe/leak/"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(1, iterations + 1):
+            runner.sample(num_timesteps=500)
+            metrics = runner.get_metrics()
+            keys = {str(k)[len(head):]: v.peek() if hasattr(v, "peek") else v
+                    for k, v in metrics.items() if str(k).startswith(head)}
+            if keys.get("suspect") and alarm_at is None:
+                alarm_at = i
+            elif alarm_at is not None and not keys.get("suspect"):
+                held = False
+            culprits = [k[len("culprit/"):-len("/rate_per_hour")] for k in keys
+                        if k.startswith("culprit/")]
+    runner.stop()
+    row: dict[str, Any] = {
+        "case": name, "mode": mode, "seed": seed, "expect": expect, "local": True,
+        "seconds": round(time.perf_counter() - t0, 1), "logdir": logdir,
+        "processes": {"env_runner 1": {"alarm_at": alarm_at,
+                                       "held": alarm_at is not None and held,
+                                       "culprits": culprits},
+                      "driver": {}, "learner 0": {}}}
+    rejudge_ok(row)
+    if name in LIBRARY_CASES:
+        row["report_json"] = report_json(logdir)
+    return row
+
+
+def run_local(name: str, seed: int, iterations: int, mode: str) -> dict[str, Any]:
+    """:func:`judge_local` in a fresh interpreter (its heap, its rss, its KEPT list)."""
+    import subprocess
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--run-local", name, mode,
+           "--seeds", str(seed), "--iterations", str(iterations)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return {"case": name, "mode": mode, "seed": seed, "ok": False, "local": True,
+                "why": (out.stderr.strip().splitlines() or ["failed"])[-1]}
+    return dict(json.loads(lines[-1]))
+
+
 def judge_run(name: str, seed: int, iterations: int, baseline: float,
               mode: str = "diagnose") -> dict[str, Any]:
     env, expect = CASES[name]
@@ -324,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
                              "cluster); its rows go to --out")
     parser.add_argument("--checks-from", metavar="ROWS.jsonl",
                         help="take check_rllib_leaks' results from a --check-only run")
+    parser.add_argument("--local", action="store_true",
+                        help="no Ray cluster: the EnvRunner's side alone, a local runner "
+                             "per case in a fresh interpreter (see judge_local)")
+    parser.add_argument("--run-local", nargs=2, metavar=("CASE", "MODE"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--out", default="field_accuracy_rllib.jsonl")
     parser.add_argument("--rejudge", metavar="ROWS.jsonl",
                         help="judge the JSONL files of runs already made again, print the table")
@@ -339,6 +400,10 @@ def main(argv: list[str] | None = None) -> int:
         print_table(rows)
         print_library_table(rows)
         return 0
+    if args.run_local:
+        name, mode = args.run_local
+        print(json.dumps(judge_local(name, args.seeds[0], args.iterations, mode)))
+        return 0
     if args.check_only:
         for seed in args.seeds:
             for name in (n for n in args.case if n in LIBRARY_CASES):
@@ -352,6 +417,23 @@ def main(argv: list[str] | None = None) -> int:
         for line in open(args.checks_from):
             r = json.loads(line)
             checks[(r["case"], r["seed"])] = r["check"]
+    if args.local:
+        rows = []
+        for seed in args.seeds:
+            for name in args.case:
+                for mode in args.modes:
+                    row = run_local(name, seed, args.iterations, mode)
+                    if name in LIBRARY_CASES and "processes" in row:
+                        if (name, seed) in checks:
+                            row["check"] = checks[(name, seed)]
+                        judge_library(row)
+                    rows.append(row)
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    print(json.dumps(row), flush=True)
+        print_table(rows)
+        print_library_table(rows)
+        return 0
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     logging.getLogger("ray").setLevel(logging.ERROR)
     import ray
