@@ -49,6 +49,7 @@ import sys
 import tempfile
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -292,11 +293,16 @@ def judge_local(name: str, seed: int, iterations: int, mode: str) -> dict[str, A
     runner = SingleAgentEnvRunner(config=cfg)
     alarm_at, held, culprits = None, True, []
     head = "memprobe/leak/"
+    # sample() and get_metrics() run in a pool's thread: no line of this file is on the
+    # stack of what they allocate (a remote EnvRunner's are called by Ray's worker, a
+    # library; called from here, the blocks of RLlib's episodes in flight at a window's
+    # end would be this file's, the user's).
+    pool = ThreadPoolExecutor(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i in range(1, iterations + 1):
-            runner.sample(num_timesteps=500)
-            metrics = runner.get_metrics()
+            pool.submit(runner.sample, num_timesteps=500).result()
+            metrics = pool.submit(runner.get_metrics).result()
             keys = {str(k)[len(head):]: v.peek() if hasattr(v, "peek") else v
                     for k, v in metrics.items() if str(k).startswith(head)}
             if keys.get("suspect") and alarm_at is None:
@@ -305,7 +311,8 @@ def judge_local(name: str, seed: int, iterations: int, mode: str) -> dict[str, A
                 held = False
             culprits = [k[len("culprit/"):-len("/rate_per_hour")] for k in keys
                         if k.startswith("culprit/")]
-    runner.stop()
+    pool.submit(runner.stop).result()
+    pool.shutdown()
     row: dict[str, Any] = {
         "case": name, "mode": mode, "seed": seed, "expect": expect, "local": True,
         "seconds": round(time.perf_counter() - t0, 1), "logdir": logdir,

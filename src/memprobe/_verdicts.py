@@ -274,14 +274,21 @@ def analyze_samples(
                         ("min_rate_fraction_per_hour", min_rate_fraction_per_hour)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise ConfigError(name, f"must be a number >= 0, got {show(value)}")
-    if prefix is None:
+    if not isinstance(samples, Sequence):
         samples = list(samples)
+    if prefix is None:
         prefix = _prefix_of(samples)
     series, own, checks_kept = sample_series(samples, prefix, judged_keys(prefix, metrics, sites))
     # Windowed probes: what their windows saw, the evidence for the kind (traced bytes
     # are then no continuous series, and are not judged).
     windows = tuple(e for p in ("tracemalloc", "memray")
                     if (e := _windows.window_evidence(series, prefix, p)) is not None)
+    traced_keys = {make_key(prefix, *m.split("/")) for m in (_kinds.FILTERED, _kinds.TRACED)}
+    if not any(e.probe == "tracemalloc" for e in windows) and not traced_keys & set(series):
+        # The cheap probes alone: what the alarm's capture traced is the evidence.
+        captured = _windows.capture_evidence(samples, prefix)
+        if captured is not None:
+            windows = (*windows, captured)
     if any(e.probe == "tracemalloc" for e in windows):
         series.pop(make_key(prefix, *_kinds.TRACED.split("/")), None)
     shorts = {k: short_key(k, prefix) for k in series}
