@@ -203,6 +203,8 @@ def report_json(logdir: str) -> dict[str, Any]:
     """``memprobe report --json`` on the EnvRunner's JSONL: its kind and culprits."""
     import subprocess
 
+    from memprobe import KINDS
+
     files = sorted(glob.glob(os.path.join(logdir, "memprobe-env_runner-*.jsonl")))
     if not files:
         return {"kind": None, "culprits": [], "error": "no EnvRunner JSONL"}
@@ -219,6 +221,8 @@ def report_json(logdir: str) -> dict[str, Any]:
         leaking = sorted((m for m in p.get("metrics", []) if m.get("leak")),
                          key=lambda m: m.get("metric") != "process/rss_bytes")
         culprits = next((list(m["culprits"]) for m in leaking if m.get("culprits")), [])
+    if not culprits and p.get("kind"):
+        culprits = [KINDS[p["kind"]]]  # what the text names: the kind's words
     return {"kind": p.get("kind"), "culprits": culprits[:5], "leak": p.get("leak")}
 
 
@@ -401,9 +405,12 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             logdir = row.get("logdir") or next(iter(sorted(glob.glob(os.path.join(
                 tempfile.gettempdir(), f"field-{row['case']}-{row['seed']}-*")))), None)
-            if logdir:
+            if logdir and "processes" in row:
                 judge_files(row, logdir)
                 rejudge_ok(row)
+                if row["case"] in LIBRARY_CASES:
+                    row["report_json"] = report_json(logdir)
+                    judge_library(row)
         print_table(rows)
         print_library_table(rows)
         return 0
