@@ -75,7 +75,10 @@ LIBRARY_CASES: dict[str, dict[str, tuple[tuple[str, ...], str]]] = {
     "torch_leak": {"default": (("native", fault_line("torch")), ""),
                    "diagnose": (("native", fault_line("torch")), ""),
                    "memray": ((fault_line("torch"),), " → ")},
-    "native_lib_leak": {"default": (("native",), ""), "diagnose": (("native",), ""),
+    # The helper is the user's own: its line, or the env's, holds the addresses kept.
+    "native_lib_leak": {"default": (("native", "native_helper.py:", fault_line("native_lib")), ""),
+                        "diagnose": (("native", "native_helper.py:", fault_line("native_lib")),
+                                     ""),
                         "memray": (("native_helper.py:",), "leaky_alloc")},
 }
 #: The kinds a right report gives (a kept class of a module's own is "objects").

@@ -147,22 +147,24 @@ def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
 
 def _held(metric: str, rate: float, windows: Sequence[WindowEvidence], holders: Sequence[str],
           types: Sequence[str], traced: WindowEvidence | None,
-          ) -> tuple[str, tuple[str, ...], str]:
+          ) -> tuple[str, tuple[str, ...], str] | None:
     """Native memory that retained objects own: live objects grow, Python's traced bytes
-    do not account for the metric's growth (a kept ``torch.Tensor``'s storage, a C
-    extension's buffers). Named by memray's sites when its windows ran, else by where
-    the objects are made (the user's line first) and their types."""
+    do not account for the metric's growth, and a line of the user's makes objects that
+    grow or survive (a kept ``torch.Tensor``'s storage, a C extension's buffers). Named
+    by memray's sites when its windows ran, else by the user's lines and the types.
+    None without a user's line: a library's blocks in flight (episodes not yet
+    returned) survive every window of a healthy process too, and hold nothing."""
+    if traced is not None:
+        holders = (*holders, *(format_culprit(s) for s, _ in traced.sites))
+    sites = tuple(s for s in dict.fromkeys(holders) if not is_library_site(s))
+    if not sites:
+        return None
     why = ("retained objects hold it: live objects grow, Python's traced bytes do not "
            "account for the growth")
     if traced is not None:
         why += f" ({traced.describe(rate)})"
-        holders = (*holders, *(format_culprit(s) for s, _ in traced.sites))
     kind, culprits, note = _native(metric, rate, windows, why)
-    if culprits:
-        return kind, culprits, note
-    sites = tuple(dict.fromkeys(holders))
-    sites = tuple(sorted(sites, key=is_library_site))  # the user's own lines first
-    return kind, (*sites[:5], *types), note
+    return kind, culprits or (*sites[:5], *types), note
 
 
 def classify(
@@ -226,8 +228,10 @@ def classify(
     if _grows(by_metric.get("process/num_fds")):
         return "fds", (), KINDS["fds"]
     if types or _grows(by_metric.get("objects/total_count")) or _grows(by_metric.get(BLOCKS)):
-        if py is not None or traced is not None:
-            return _held(metric, rate, windows, holders, types, traced)
+        held = _held(metric, rate, windows, holders, types, traced) \
+            if py is not None or traced is not None else None
+        if held is not None:
+            return held
         return "objects", tuple(types), KINDS["objects"]
     if traced is not None:
         return _native(metric, rate, windows, traced.describe(rate))
