@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from test_culprit_windows import NATIVE_HELPER
 
 NUMPY_USER = "import numpy as np\nKEPT = []\ndef step():\n    KEPT.append(np.ones(4096))\n"
