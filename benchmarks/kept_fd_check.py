@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 import memprobe
-import memprobe._sinks as sinks
+import memprobe.engine._sinks as sinks
 import memprobe.probes.process as process
 
 

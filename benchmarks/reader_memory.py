@@ -29,7 +29,7 @@ with warnings.catch_warnings(record=True):
     warnings.simplefilter("always")
     read = getattr(memprobe, "read_samples", None)
     if read is None:  # memprobe before the reader was public
-        from memprobe._jsonl import read_samples as read
+        from memprobe.report._jsonl import read_samples as read
     n = len(read(sys.argv[1]))
 dt = time.perf_counter() - t
 grew = (hwm_kib() - before) // 1024

@@ -59,8 +59,8 @@ def main() -> None:
     ap.add_argument("--refreshes", type=int, default=20)
     ap.add_argument("--interval", type=float, default=2.0)
     args = ap.parse_args()
-    from memprobe._top import Board
-    from memprobe._top_view import _Local, _plain
+    from memprobe.report._top import Board
+    from memprobe.cli._top_view import _Local, _plain
 
     with tempfile.TemporaryDirectory() as d:
         writer = subprocess.Popen([sys.executable, "-c", WRITER, d, str(args.files)],

@@ -13,9 +13,9 @@ import warnings
 import pytest
 
 import memprobe
-from memprobe._jsonl import read_samples
 from memprobe.cli import main
 from memprobe.keys import make_key
+from memprobe.report._jsonl import read_samples
 
 LEAKED: list[bytearray] = []
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memprobe
-from memprobe._budget import fair_share
+from memprobe.engine._budget import fair_share
 
 
 def _run(budget, seconds=0.8):

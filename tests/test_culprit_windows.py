@@ -87,7 +87,7 @@ def test_windowed_native_leak_is_native_with_the_way_to_its_stack(tmp_path: Path
 def test_a_sliver_alive_as_the_window_closed_is_no_culprit() -> None:
     """The loop's counter at the ``for`` line is alive when each window closes (28 B of
     the 4 KiB per step that survive): the window names the leaking line only."""
-    from memprobe._windows import window_evidence
+    from memprobe.leak._windows import window_evidence
 
     closes = [100.0, 200.0, 300.0]
     times = [0.0, 1.0, 2.0]

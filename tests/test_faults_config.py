@@ -236,7 +236,7 @@ def test_callback_time_limit_applies_to_every_probe_unless_a_probe_sets_its_own(
     cls = rllib.MemoryProbeCallback.configure(
         probes={"process": {}, "gc": {"time_limit_seconds": 2.5}}, time_limit_seconds=0.5,
     )
-    from memprobe_rllib._callback import ProcessProber
+    from memprobe_rllib._process import ProcessProber
 
     prober = ProcessProber(cls.options, "env_runner", 1, prefix="memprobe", step_name="",
                            sink=False).prober

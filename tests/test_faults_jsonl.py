@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import memprobe
-from memprobe._jsonl import JsonlReadError, read_samples
+from memprobe.report._jsonl import JsonlReadError, read_samples
 
 WRITER = textwrap.dedent(
     """\

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import memprobe
 from memprobe import MemprobeError, SiteKeyCap, SiteMap, flatten, parse_probes
 from memprobe._flatten import INT_MAX, INT_MIN
-from memprobe._jsonl import read_samples
+from memprobe.report._jsonl import read_samples
 
 FUZZ = settings(max_examples=300, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -266,7 +266,7 @@ def test_hostile_lines_lose_only_themselves(items: list[tuple[memprobe.Sample, l
                                             head: list[bytes]) -> None:
     """No exception escapes, every good line is kept; a file that starts with
     BAD_START_LINES bad lines is refused as a whole, with one error."""
-    from memprobe._jsonl import BAD_START_LINES, MAX_WARNINGS
+    from memprobe.report._jsonl import BAD_START_LINES, MAX_WARNINGS
 
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "run.jsonl")
@@ -323,7 +323,7 @@ def test_every_valid_line_round_trips(items: list[tuple[memprobe.Sample, list[st
         return (s.time_seconds, s.step, s.pid, dict(s.values))
 
     assert [fields(s) for s in got] == [fields(s) for s in expected]
-    from memprobe._jsonl import MAX_WARNINGS
+    from memprobe.report._jsonl import MAX_WARNINGS
 
     n_bad = sum(len(j) for _, j in items) + (truncate and bool(expected))
     assert len(caught) == (n_bad if n_bad <= MAX_WARNINGS else MAX_WARNINGS + 1)

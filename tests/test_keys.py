@@ -55,3 +55,42 @@ def test_library_sites_are_told_from_the_users_own_code() -> None:
     for site in ("app.py:12", "<string>:3", "<stdin>:1", "<ipython-input-3-5f1c>:2",
                  "app.py:12--numpy/_core/numeric.py:232"):
         assert not is_library_site(site), site
+
+
+SITE = st.text(st.sampled_from("ab_.:/é-"), min_size=1, max_size=16).filter(
+    lambda s: keys.sanitize_key(s) not in ("_",))
+
+
+@given(prefix=st.sampled_from(["", "memprobe", "memprobe/driver"]),
+       probe=st.sampled_from(["tracemalloc", "objects", "memray"]),
+       section=st.sampled_from(keys.SITE_SECTIONS), site=SITE,
+       stat=st.sampled_from(["size_bytes", "count"]))
+def test_split_site_key_takes_apart_what_site_metric_builds(prefix, probe, section, site, stat):
+    key = keys.make_key(prefix, probe, keys.site_metric(section, site, stat))
+    found = keys.split_site_key(key, prefix)
+    assert found == (probe, keys.SiteParts(section, keys.sanitize_key(site), stat))
+    assert keys.metric_path(keys.split_short(keys.short_key(key, prefix))[1]) == [
+        section, keys.sanitize_key(site), stat]
+
+
+@given(prefix=st.sampled_from(["", "memprobe", "memprobe/env_runner"]),
+       short=st.sampled_from(["process/rss_bytes", "tracemalloc/filtered_bytes",
+                              "leak/hours_to_oom"]))
+def test_key_of_and_split_short_are_inverse(prefix, short):
+    key = keys.key_of(prefix, short)
+    assert keys.short_key(key, prefix) == short
+    assert "/".join(keys.split_short(short)) == short
+
+
+def test_leak_and_culprit_keys():
+    assert keys.leak_key("memprobe", "suspect") == "memprobe/leak/suspect"
+    assert keys.leak_key("memprobe", "process/rss_bytes", "rate_per_hour") == (
+        "memprobe/leak/process/rss_bytes/rate_per_hour")
+    key = keys.culprit_key("memprobe", "my env.py:3 → numpy/x.py:2")
+    assert key == "memprobe/leak/culprit/my_env.py:3_numpy/x.py:2/rate_per_hour"
+    assert keys.site_name(keys.split_key(key, "memprobe").metric, ("culprit",)) == (
+        "my_env.py:3_numpy/x.py:2")
+    assert keys.is_leak_key("memprobe/driver/leak/hours_to_oom", "hours_to_oom")
+    assert not keys.is_leak_key("memprobe/leak/hours_to_oom_max", "hours_to_oom")
+    assert keys.join_prefix("memprobe", "learner_2") == "memprobe/learner_2"
+    assert keys.split_short("rss_bytes") == ("", "rss_bytes")

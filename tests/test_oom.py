@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 import memprobe
-from memprobe import _oom
+from memprobe.leak import _oom
 
 
 def _cgroup_v2(tmp_path: pathlib.Path, limits: dict[str, tuple[str, int]]) -> pathlib.Path:

@@ -11,10 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memprobe
-from memprobe._jsonl import iter_records, read_samples
-from memprobe._phase_growth import mark_times, phase_growth
-from memprobe._runs import load_runs, summarize
 from memprobe.cli import main
+from memprobe.report._jsonl import iter_records, read_samples
+from memprobe.report._phase_growth import mark_times, phase_growth
+from memprobe.report._runs import load_runs, summarize
 
 MiB = 1 << 20
 RSS = "memprobe/process/rss_bytes"
@@ -157,7 +157,7 @@ def test_report_shows_growth_per_phase(tmp_path, capsys):
 
 def test_plot_draws_spans_and_marks(tmp_path):
     pytest.importorskip("matplotlib")
-    from memprobe._render_png import figure, pyplot
+    from memprobe.report._render_png import figure, pyplot
 
     path = tmp_path / "run.jsonl"
     _run(path, iterations=3)

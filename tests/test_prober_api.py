@@ -14,7 +14,7 @@ import pytest
 
 import memprobe
 from memprobe._errors import PathError
-from memprobe._pytest_report import PeakError
+from memprobe.pytest_plugin._report import PeakError
 
 
 def test_describe_resolves_every_key_a_prober_emits() -> None:
@@ -24,7 +24,7 @@ def test_describe_resolves_every_key_a_prober_emits() -> None:
         assert isinstance(prober.describe(key), memprobe.Metric), key
     d = prober.describe
     assert d("memprobe/driver/process/rss_bytes") == memprobe.Metric(
-        "resident set size", "bytes", "gauge")
+        "resident set size", "bytes", "gauge", judged=True)
     assert d("memprobe/driver/gc/gen2/collected_count").kind == "counter"
     assert d("memprobe/driver/gc/collection_seconds").kind == "interval"
     assert d("memprobe/driver/overhead/gc_seconds") == memprobe.Metric(
@@ -148,7 +148,7 @@ def _leak_error() -> BaseException:
 
 
 def _output_error(tmp_path: pathlib.Path) -> BaseException:
-    from memprobe._outputs import OutputError, check_outputs
+    from memprobe.cli._outputs import OutputError, check_outputs
 
     path = str(tmp_path / "run: 1.jsonl")
     pathlib.Path(path).write_text("")

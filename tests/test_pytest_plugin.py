@@ -8,9 +8,8 @@ import pytest
 # What the plugin imports when it judges a test, imported before any inline run:
 # pytester restores sys.modules after each run, and a memprobe module first imported
 # inside one would be imported again later, with classes that are not the first's.
-import memprobe._alarm
-import memprobe._peak
-import memprobe._pytest_report
+import memprobe.leak._alarm
+import memprobe.leak._peak
 import memprobe.leaks
 import memprobe.probes.memray  # noqa: F401
 

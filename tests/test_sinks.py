@@ -1,5 +1,5 @@
 """JsonlSink: the line format (strict JSON of the record, by orjson or by json.dumps),
-the round trip through memprobe._jsonl, {pid} and fork, and failures that turn the
+the round trip through memprobe.report._jsonl, {pid} and fork, and failures that turn the
 sink off."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 import memprobe
 from memprobe import Sample
-from memprobe._jsonl import RECORD_FIELDS, iter_records, read_samples
-from memprobe._sinks import JsonlSink
+from memprobe._jsonl_fields import RECORD_FIELDS
+from memprobe.engine._sinks import JsonlSink
+from memprobe.report._jsonl import iter_records, read_samples
 
 
 def _no_constants(name: str) -> float:
@@ -139,7 +140,7 @@ def test_without_orjson_the_lines_read_back_the_same(tmp_path) -> None:
     script = (
         "import sys, json, pickle\n"
         "sys.modules['orjson'] = None\n"  # import orjson now raises ImportError
-        "from memprobe import _sinks\n"
+        "from memprobe.engine import _sinks\n"
         "assert _sinks._orjson is None\n"
         "batch, tags = pickle.loads(sys.stdin.buffer.read())\n"
         "sink = _sinks.JsonlSink('/dev/null', tags=tags)\n"

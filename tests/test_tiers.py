@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memprobe
-from memprobe._tiers import BINS, BYTES_PER_SERIES, FIRST, RAW, TieredSeries
+from memprobe.leak._tiers import BINS, BYTES_PER_SERIES, FIRST, RAW, TieredSeries
 
 
 def _feed(series: TieredSeries, start: int, stop: int) -> None:

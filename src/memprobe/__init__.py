@@ -26,25 +26,26 @@ if TYPE_CHECKING:
     from ._flatten import SiteMap
     from ._flatten import flatten
     from ._format import format_value
-    from ._alarm import LeakAlarm
-    from ._history import History
-    from ._oom import Headroom
-    from ._oom import oom_headroom
-    from ._tiers import Tiers
-    from ._options import DEFAULT_PROBES
-    from ._phases import Mark
-    from ._phase_growth import PhaseGrowth
-    from ._phase_growth import phase_growth
-    from ._options import parse_probes
+    from ._registry import describe_key
+    from .leak._alarm import LeakAlarm
+    from .engine._history import History
+    from .leak._oom import Headroom
+    from .leak._oom import oom_headroom
+    from .leak._tiers import Tiers
+    from .engine._options import DEFAULT_PROBES
+    from .engine._phases import Mark
+    from .report._phase_growth import PhaseGrowth
+    from .report._phase_growth import phase_growth
+    from .engine._options import parse_probes
     from ._plugins import ProbeInfo
     from ._plugins import SinkInfo
     from ._plugins import get_plugin_manager
-    from ._prober import Prober
+    from .engine._prober import Prober
     from ._sample import Number
     from ._sample import Sample
-    from ._sinks import JsonlSink
-    from ._sinks import Sink
-    from ._watch import watch
+    from .engine._sinks import JsonlSink
+    from .engine._sinks import Sink
+    from .engine._watch import watch
     from .hookspecs import hookimpl
     from .hookspecs import hookspec
     from .keys import make_key
@@ -52,19 +53,19 @@ if TYPE_CHECKING:
     from .keys import shorten_path
     from .keys import split_key
     from .metrics import Metric
-    from ._jsonl import JsonlRecord
-    from ._jsonl import iter_records
-    from ._jsonl import read_samples
-    from ._kinds import KINDS
-    from ._verdicts import LEAK_OPTIONS
-    from ._verdicts import Report
-    from ._verdicts import Verdict
-    from ._verdicts import analyze
-    from ._verdicts import analyze_samples
+    from .report._jsonl import JsonlRecord
+    from .report._jsonl import iter_records
+    from .report._jsonl import read_samples
+    from .leak._kinds import KINDS
+    from .leak._verdicts import LEAK_OPTIONS
+    from .leak._verdicts import Report
+    from .leak._verdicts import Verdict
+    from .leak._verdicts import analyze
+    from .leak._verdicts import analyze_samples
     from .leaks import assert_no_leak
     from .leaks import check_leaks
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 # Imported when first used, so that ``import memprobe`` costs only the errors: the
 # Prober, the probes' registry, the verdicts and their statistics load on first use.
@@ -73,25 +74,26 @@ _LAZY = {
     "SiteMap": "._flatten",
     "flatten": "._flatten",
     "format_value": "._format",
-    "LeakAlarm": "._alarm",
-    "History": "._history",
-    "Headroom": "._oom",
-    "oom_headroom": "._oom",
-    "Tiers": "._tiers",
-    "DEFAULT_PROBES": "._options",
-    "Mark": "._phases",
-    "PhaseGrowth": "._phase_growth",
-    "phase_growth": "._phase_growth",
-    "parse_probes": "._options",
+    "describe_key": "._registry",
+    "LeakAlarm": ".leak._alarm",
+    "History": ".engine._history",
+    "Headroom": ".leak._oom",
+    "oom_headroom": ".leak._oom",
+    "Tiers": ".leak._tiers",
+    "DEFAULT_PROBES": ".engine._options",
+    "Mark": ".engine._phases",
+    "PhaseGrowth": ".report._phase_growth",
+    "phase_growth": ".report._phase_growth",
+    "parse_probes": ".engine._options",
     "ProbeInfo": "._plugins",
     "SinkInfo": "._plugins",
     "get_plugin_manager": "._plugins",
-    "Prober": "._prober",
+    "Prober": ".engine._prober",
     "Number": "._sample",
     "Sample": "._sample",
-    "JsonlSink": "._sinks",
-    "Sink": "._sinks",
-    "watch": "._watch",
+    "JsonlSink": ".engine._sinks",
+    "Sink": ".engine._sinks",
+    "watch": ".engine._watch",
     "hookimpl": ".hookspecs",
     "hookspec": ".hookspecs",
     "make_key": ".keys",
@@ -99,15 +101,15 @@ _LAZY = {
     "shorten_path": ".keys",
     "split_key": ".keys",
     "Metric": ".metrics",
-    "JsonlRecord": "._jsonl",
-    "iter_records": "._jsonl",
-    "read_samples": "._jsonl",
-    "KINDS": "._kinds",
-    "LEAK_OPTIONS": "._verdicts",
-    "Report": "._verdicts",
-    "Verdict": "._verdicts",
-    "analyze": "._verdicts",
-    "analyze_samples": "._verdicts",
+    "JsonlRecord": ".report._jsonl",
+    "iter_records": ".report._jsonl",
+    "read_samples": ".report._jsonl",
+    "KINDS": ".leak._kinds",
+    "LEAK_OPTIONS": ".leak._verdicts",
+    "Report": ".leak._verdicts",
+    "Verdict": ".leak._verdicts",
+    "analyze": ".leak._verdicts",
+    "analyze_samples": ".leak._verdicts",
     "assert_no_leak": ".leaks",
     "check_leaks": ".leaks",
 }
@@ -182,6 +184,7 @@ __all__ = [
     "analyze_samples",
     "assert_no_leak",
     "check_leaks",
+    "describe_key",
     "flatten",
     "format_value",
     "get_plugin_manager",

@@ -26,7 +26,7 @@ _BUILTINS = {
     "gc": "memprobe.probes.gc",
     "tracemalloc": "memprobe.probes.tracemalloc",
     "objects": "memprobe.probes.objects",
-    "jsonl": "memprobe._sinks",
+    "jsonl": "memprobe.engine._sinks",
     "malloc": "memprobe.probes.malloc",
     "smaps": "memprobe.probes.smaps",
     "memray": "memprobe.probes.memray",

@@ -61,9 +61,21 @@ def prefix_path(prefix: str) -> str:
     return sanitize_key(prefix) + "/" if prefix else ""
 
 
+def join_prefix(*parts: str) -> str:
+    """A prefix of several parts (``join_prefix("memprobe", "driver")``: ``memprobe/driver``),
+    each sanitized; empty parts are left out."""
+    return "/".join(sanitize_key(p) for p in parts if p)
+
+
 def make_key(prefix: str, probe: str, metric: str) -> str:
     """``<prefix>/<probe>/<metric>`` with each part sanitized (the prefix may be ``""``)."""
     return f"{prefix_path(prefix)}{sanitize_key(probe)}/{sanitize_key(metric)}"
+
+
+def pattern_key(prefix: str, probe: str, pattern: str) -> str:
+    """The keys a declared metric pattern stands for, as the docs and ``memprobe probes``
+    show them: ``memprobe/gc/gen<N>/count`` (the ``<N>`` kept, not sanitized)."""
+    return f"{prefix_path(prefix)}{sanitize_key(probe)}/{pattern}"
 
 
 def split_key(key: str, prefix: str) -> KeyParts:
@@ -124,6 +136,90 @@ def site_name(metric: str, sections: Collection[str] = SITE_SECTIONS) -> str | N
         return None
     name, sep, _stat = rest.rpartition("/")
     return name if sep and name else None
+
+
+class SiteParts(NamedTuple):
+    """A per-site metric taken apart: ``top/<name>/size_bytes`` is
+    ``SiteParts("top", "<name>", "size_bytes")``."""
+
+    section: str
+    name: str
+    stat: str
+
+
+def split_site(metric: str, sections: Collection[str] = SITE_SECTIONS) -> SiteParts | None:
+    """The parts of ``<section>/<name>/<stat>`` (a metric, without probe), else ``None``.
+
+    >>> split_site("survivors/env.py:40/size_bytes")
+    SiteParts(section='survivors', name='env.py:40', stat='size_bytes')
+    """
+    name = site_name(metric, sections)
+    if name is None:
+        return None
+    section, _, rest = metric.partition("/")
+    return SiteParts(section, name, rest[len(name) + 1:])
+
+
+def split_site_key(key: str, prefix: str) -> tuple[str, SiteParts] | None:
+    """``(probe, parts)`` of a per-site key written under ``prefix``, else ``None``.
+
+    >>> split_site_key("memprobe/tracemalloc/top/env.py:40/count", "memprobe")
+    ('tracemalloc', SiteParts(section='top', name='env.py:40', stat='count'))
+    """
+    head = prefix_path(prefix)
+    if not key.startswith(head):
+        return None
+    probe, metric = split_short(key[len(head):])
+    parts = split_site(metric) if probe else None
+    return None if parts is None else (probe, parts)
+
+
+def site_metric(section: str, name: str, stat: str) -> str:
+    """``<section>/<name>/<stat>``: the metric of a site or type (the name sanitized)."""
+    return f"{section}/{sanitize_key(name)}/{stat}"
+
+
+def split_short(short: str) -> tuple[str, str]:
+    """``(probe, metric)`` of ``<probe>/<metric>`` (a key without its prefix);
+    ``("", short)`` when it has no probe."""
+    probe, sep, metric = short.partition("/")
+    return (probe, metric) if sep else ("", short)
+
+
+def key_of(prefix: str, short: str) -> str:
+    """The full key of ``<probe>/<metric>`` under ``prefix``."""
+    return make_key(prefix, *split_short(short))
+
+
+def metric_path(metric: str) -> list[str]:
+    """The components of a metric (``top/<site>/size_bytes`` has three; a site's own
+    ``/`` is kept inside its component)."""
+    parts = split_site(metric)
+    if parts is not None:
+        return list(parts)
+    return metric.split("/")
+
+
+#: The section of the leak verdicts' keys (:data:`PROBER_SECTIONS`).
+LEAK_SECTION = "leak"
+
+
+def leak_key(prefix: str, *names: str) -> str:
+    """``<prefix>/leak/<names...>``: a key of the leak verdicts (``leak_key(p, "suspect")``,
+    ``leak_key(p, "process/rss_bytes", "rate_per_hour")``)."""
+    return f"{prefix_path(prefix)}{LEAK_SECTION}/" + "/".join(sanitize_key(n) for n in names)
+
+
+def is_leak_key(key: str, name: str) -> bool:
+    """Whether ``key`` is ``<any prefix>/leak/<name>`` (``is_leak_key(k, "hours_to_oom")``)."""
+    tail = f"{LEAK_SECTION}/{name}"
+    return key == tail or key.endswith("/" + tail)
+
+
+def culprit_key(prefix: str, name: str) -> str:
+    """``<prefix>/leak/culprit/<name>/rate_per_hour``: the growth rate blamed on a culprit
+    (a site, a type, ``native``, ``fds``)."""
+    return leak_key(prefix, "culprit", name, "rate_per_hour")
 
 
 def _site_roots() -> list[tuple[str, str]]:

@@ -2,7 +2,7 @@
 
 :func:`check_leaks` returns the :class:`~memprobe.Report`; :func:`assert_no_leak`
 raises :class:`~memprobe.LeakError` in a test. Both sit above the Prober; the
-verdicts themselves are :mod:`memprobe._verdicts`, the statistics :mod:`memprobe.trend`.
+verdicts themselves are :mod:`memprobe.leak._verdicts`, the statistics :mod:`memprobe.trend`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._errors import ConfigError, LeakError, show
-from ._kinds import FILTERED, KINDS, classify
-from ._prober import Prober
 from ._sample import Sample
 from ._sitestats import default_filters, site_stats
-from ._verdicts import DEFAULT_METRICS, Report, Verdict, analyze, analyze_samples
-from .keys import make_key
+from .engine._prober import Prober
+from .keys import make_key, site_metric
+from .leak._kinds import FILTERED, KINDS, classify
+from .leak._verdicts import DEFAULT_METRICS, Report, Verdict, analyze, analyze_samples
 from .probes.tracemalloc import acquire_tracing, release_tracing
 
 __all__ = [
@@ -147,7 +147,7 @@ def check_leaks(
                         key = site_keys.get(site)
                         if key is None:
                             key = site_keys[site] = make_key(
-                                prefix, "tracemalloc", f"top/{site}/size_bytes")
+                                prefix, "tracemalloc", site_metric("top", site, "size_bytes"))
                         put(key, i, sz)
                     del stats, ranked
                 times[i] = time.time()
@@ -242,7 +242,7 @@ def judge_tolerance(report: Report, metrics: Sequence[str], max_growth: float) -
     verdicts = dict(report.verdicts)
     for m in metrics:
         v = report.get(m)
-        if v is None or not v.key.endswith("_bytes") or v.status not in growing:
+        if v is None or v.unit != "bytes" or v.status not in growing:
             continue
         if v.growth > max_growth:
             kind, culprits, note = classify(v.metric, by_metric, sites, types, holders=sites)

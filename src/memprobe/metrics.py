@@ -32,21 +32,39 @@ KINDS: tuple[Kind, ...] = ("gauge", "counter", "interval")
 #: Base units (Prometheus conventions); ``""`` for a dimensionless number.
 Unit = Literal["bytes", "seconds", "count", "fraction", ""]
 UNITS: tuple[Unit, ...] = ("bytes", "seconds", "count", "fraction", "")
+#: The kinds of growth a metric can tell on its own when it grows (what
+#: :data:`memprobe.KINDS` describes in words); ``""`` for a metric whose growth is
+#: explained by the metrics beside it (rss: Python's, native, mapped files...).
+Growth = Literal["fds", "mmap", "python", "objects", "native", "fragmentation", "threads", ""]
+GROWTHS: tuple[Growth, ...] = ("fds", "mmap", "python", "objects", "native", "fragmentation",
+                               "threads", "")
 
 
 @dataclass(frozen=True)
 class Metric:
-    """The declaration of one metric: what it is, in which unit, of which kind."""
+    """The declaration of one metric: what it is, in which unit, of which kind.
+
+    ``judged``: the leak verdicts judge it by default (:func:`memprobe.analyze_samples`
+    without ``metrics``, ``memprobe report``, the alarm), when a sample has it.
+    ``growth``: the kind of leak its growth is on its own (``num_fds``: ``"fds"``),
+    or ``""`` when the metrics beside it tell (rss).
+    """
 
     description: str = ""
     unit: Unit = ""
     kind: Kind = "gauge"
+    judged: bool = False
+    growth: Growth = ""
 
     def __post_init__(self) -> None:
         if self.unit not in UNITS:
             raise ValueError(f"unit must be one of {UNITS}, got {self.unit!r}")
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.growth not in GROWTHS:
+            raise ValueError(f"growth must be one of {GROWTHS}, got {self.growth!r}")
+        if not isinstance(self.judged, bool):
+            raise ValueError(f"judged must be a bool, got {self.judged!r}")
 
 
 _SUFFIX_UNITS: tuple[tuple[str, Unit], ...] = (

@@ -4,7 +4,7 @@ The estimator is Theil-Sen (the median of all pairwise slopes) with Sen's
 distribution-free confidence interval from Kendall's S statistic, widened for
 serially correlated noise (Hamed and Rao), and a warm-up detector. Pure
 Python: no numpy or scipy in the core. See docs/leaks.md for why Theil-Sen and
-not least squares. :mod:`memprobe._verdicts` turns these into verdicts.
+not least squares. :mod:`memprobe.leak._verdicts` turns these into verdicts.
 """
 
 from __future__ import annotations

@@ -20,17 +20,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._logs import (
-        LOG_FOLDER,
-        FetchedFile,
-        FetchedJsonl,
-        Tails,
-        fetch_jsonl,
-        read_tails,
-        report,
-        session_jsonl_dir,
-    )
     from ._names import PromMetric, prom_metric
+    from ._report import report
     from ._sink import RayMetricsSink, RayMetricsUnavailable, require_ray_metrics
     from ._worker import (
         Tee,
@@ -42,19 +33,28 @@ if TYPE_CHECKING:
         stop_sampler,
     )
     from .dashboard import dashboard_json, write_dashboard
+    from .logs import (
+        LOG_FOLDER,
+        FetchedFile,
+        FetchedJsonl,
+        Tails,
+        fetch_jsonl,
+        read_tails,
+        session_jsonl_dir,
+    )
 
 # Imported on first use: memprobe loads this package's plugin module (the
 # ``ray_metrics`` sink's registration) in every process that makes a Prober, and
 # that must not import the sink and the worker hook unless one is asked for.
 _LAZY = {
-    "LOG_FOLDER": "._logs",
-    "FetchedFile": "._logs",
-    "FetchedJsonl": "._logs",
-    "Tails": "._logs",
-    "fetch_jsonl": "._logs",
-    "read_tails": "._logs",
-    "report": "._logs",
-    "session_jsonl_dir": "._logs",
+    "LOG_FOLDER": ".logs",
+    "FetchedFile": ".logs",
+    "FetchedJsonl": ".logs",
+    "Tails": ".logs",
+    "fetch_jsonl": ".logs",
+    "read_tails": ".logs",
+    "report": "._report",
+    "session_jsonl_dir": ".logs",
     "PromMetric": "._names",
     "prom_metric": "._names",
     "RayMetricsSink": "._sink",

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-from memprobe.keys import site_name
+from memprobe.keys import metric_path, site_name
 from memprobe.metrics import Metric
 
 #: The Prometheus type a memprobe metric is exported as.
@@ -79,7 +79,7 @@ def prom_metric(probe: str, metric: str, declared: Metric) -> PromMetric:
     ('memprobe_errors_gc_total', 'counter', None)
     """
     site = site_name(metric)
-    parts = metric.split("/")
+    parts = metric_path(metric)
     if site is not None:
         parts = [parts[0], parts[-1]]
     kind: PromKind = "gauge"

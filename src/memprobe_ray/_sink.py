@@ -21,9 +21,9 @@ import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from memprobe import Sample
+from memprobe import Sample, describe_key
 from memprobe.keys import infer_prefix, split_key
-from memprobe.metrics import PROBER_METRICS, Metric, lookup
+from memprobe.metrics import Metric
 
 from ._names import PromMetric, prom_metric
 
@@ -96,7 +96,6 @@ class _Declarations:
 
     def __init__(self) -> None:
         self._prober: Callable[[], Any] = lambda: None
-        self._probe_metrics: dict[str, Mapping[str, Any]] | None = None
 
     @property
     def prober(self) -> Any:
@@ -108,21 +107,7 @@ class _Declarations:
     def prober(self, prober: Any) -> None:
         self._prober = (lambda: None) if prober is None else weakref.ref(prober)
 
-    def _registry(self) -> dict[str, Mapping[str, Any]]:
-        if self._probe_metrics is None:
-            import memprobe
-
-            found: dict[str, Mapping[str, Any]] = {}
-
-            def register(name: str, factory: Callable[..., Any]) -> None:
-                found[name] = getattr(factory, "metrics", None) or {}
-
-            pm = memprobe.get_plugin_manager()
-            pm.hook.memprobe_register_probes(register=register)
-            self._probe_metrics = found
-        return self._probe_metrics
-
-    def __call__(self, key: str, probe: str, metric: str) -> Metric:
+    def __call__(self, key: str, prefix: str) -> Metric:
         describe = getattr(self.prober, "describe", None)
         if describe is not None:
             try:
@@ -131,10 +116,7 @@ class _Declarations:
                     return found
             except Exception:  # a key the Prober does not know: the lookups below
                 pass
-        section = PROBER_METRICS.get(probe)
-        if section is not None:
-            return lookup(section, metric)
-        return lookup(self._registry().get(probe), metric)
+        return describe_key(key, prefix)
 
 
 class RayMetricsSink:
@@ -209,7 +191,7 @@ class RayMetricsSink:
             parts = split_key(key, self._prefix)
         except ValueError:
             return None
-        declared = self.describe(key, parts.probe, parts.metric)
+        declared = self.describe(key, self._prefix)
         plan = prom_metric(parts.probe, parts.metric, declared)
         self._descriptions.setdefault(plan.name, declared.description)
         # Two keys with one name (gc's per-interval and cumulative seconds): the first wins.
@@ -370,9 +352,7 @@ class RayMetricsSink:
 
     def _unit(self, key: str, verdict: Any) -> str:
         """The declared unit of a judged key."""
-        metric = verdict.metric
-        probe, _, name = metric.partition("/")
-        return self.describe(key, probe, name).unit
+        return verdict.unit or self.describe(key, verdict.prefix).unit
 
     def _set_tagged(self, name: str, values: Mapping[str, float]) -> None:
         """Set a gauge with one tag (:data:`TAGGED`) per value; a value no longer given: 0."""

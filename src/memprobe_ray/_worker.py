@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 
 import memprobe
 
-from ._logs import session_jsonl_dir
 from ._sink import RayMetricsSink
+from .logs import session_jsonl_dir
 
 F = TypeVar("F")
 
@@ -106,6 +106,31 @@ def _role_of(cls_name: str) -> str:
     return "actor"
 
 
+# Ray's private API, read in these two functions only (checked on Ray 2.60): the
+# process title names what a worker runs; the worker's actor instance holds RLlib's
+# worker_index. Either one missing gives no identity, never an error.
+def _proc_title() -> str:
+    """The worker's process title (``ray::SingleAgentEnvRunner.sample``)."""
+    import ray
+
+    try:
+        return str(ray._raylet.getproctitle())
+    except Exception:
+        return ""
+
+
+def _actor_instance() -> Any:
+    """The actor instance this worker process holds, or None."""
+    import ray
+
+    try:
+        for instance in ray._private.worker.global_worker.actors.values():
+            return instance
+    except Exception:
+        pass
+    return None
+
+
 def ray_identity() -> tuple[str, str, str] | None:
     """``(role, name, index)`` of this Ray worker from what it runs, ``None`` while idle.
 
@@ -117,7 +142,7 @@ def ray_identity() -> tuple[str, str, str] | None:
 
     if not ray.is_initialized():
         return None
-    title = ray._raylet.getproctitle()
+    title = _proc_title()
     if not title.startswith("ray::"):
         return None
     running = title[len("ray::"):].split("(", 1)[0].strip()
@@ -130,14 +155,7 @@ def ray_identity() -> tuple[str, str, str] | None:
     cls_name, _, method = running.partition(".")
     if method == "__init__":
         return None  # its attributes (worker_index) are not set yet
-    index: Any = ""
-    try:  # the actor instance, for RLlib's worker_index
-        worker = ray._private.worker.global_worker
-        for instance in worker.actors.values():
-            index = getattr(instance, "worker_index", "")
-            break
-    except Exception:  # Ray's internals moved: no index
-        index = ""
+    index = getattr(_actor_instance(), "worker_index", "")
     if index in ("", None):
         index = ctx.get_actor_name() or ""
     return (_role_of(cls_name), cls_name, str(index))

@@ -88,6 +88,8 @@ def __getattr__(name: str) -> Any:
     try:
         if name in _LEAKCHECK:
             from . import leakcheck as module
+        elif name.endswith("_callback"):
+            from . import _hooks as module
         else:
             from . import _callback as module
     except ModuleNotFoundError as exc:

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import os
-import threading
-import weakref
-from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from ray.rllib.callbacks.callbacks import RLlibCallback
@@ -15,217 +10,29 @@ import memprobe
 from memprobe import ConfigError
 from memprobe import keys as mkeys
 
-from ._leak import JUDGED, LeakState
+from ._learners import LEARNER_PREFIX, learner_prefix, learner_sample
 from ._options import TRIGGERS, CallbackOptions
-from ._results import KeyKinds, ResultLog, declared, no_forecast_as_minus_one, warn
+from ._process import (
+    EVALUATE,
+    LIVE,
+    STEP_NAMES,
+    TRAIN,
+    ProcessProber,
+    jsonl_path,
+    plugin_manager,
+    ray_metrics_plugin,
+)
+from ._results import no_forecast_as_minus_one, warn
 
 __all__ = [
     "TRIGGERS",
     "CallbackOptions",
     "MemoryProbeCallback",
-    "episode_end_callback",
     "jsonl_path",
-    "sample_end_callback",
-    "train_result_callback",
 ]
 
-#: What one sample is, per process role and trigger (for the warning and the docs).
-STEP_NAMES = {
-    "episode": "a sample at each episode end",
-    "sample": "a sample per EnvRunner.sample() call",
-    "driver": "a sample per train() iteration",
-    "learner": "a sample per train() iteration",
-}
-
-
-def _plugin_manager(plugins: Iterable[str], load_entrypoints: bool) -> Any:
-    pm = memprobe.get_plugin_manager(load_entrypoints=load_entrypoints)
-    for mod in plugins:
-        if pm.get_plugin(mod) is not None:
-            continue
-        try:
-            module = importlib.import_module(mod)
-        except Exception as exc:
-            raise ConfigError("plugins", f"cannot import plugin module {mod!r}: {exc}") from exc
-        pm.register(module, name=mod)
-    return pm
-
-
-def _jsonl_template(jsonl: str | bool | None) -> str | None:
-    """The path option's template; ``True``: this node's session log directory (``None``
-    where that is unknown, outside a connected Ray process: then no JSONL)."""
-    if jsonl is None or jsonl is False:
-        return None
-    if jsonl is True:
-        try:
-            from memprobe_ray import session_jsonl_dir
-        except ImportError:
-            return None
-        return session_jsonl_dir()
-    return jsonl
-
-
-def _node_id() -> str:
-    """The Ray node id of this process, ``""`` outside Ray."""
-    try:
-        import ray
-
-        return str(ray.get_runtime_context().get_node_id()) if ray.is_initialized() else ""
-    except Exception:
-        return ""
-
-
-def jsonl_path(template: str, role: str, index: int | str) -> str:
-    """The JSONL path for one process. ``template`` ending in ``.jsonl`` is a file
-    template (``{role}``, ``{index}``, ``{pid}`` are replaced); anything else is a
-    directory that gets ``memprobe-{role}-{index}-{pid}.jsonl``."""
-    if not template.endswith(".jsonl"):
-        template = os.path.join(template, "memprobe-{role}-{index}-{pid}.jsonl")
-    return template.replace("{role}", role).replace("{index}", str(index))
-
-
-#: The phase label of evaluation: the driver's span around ``evaluate()``, and every
-#: sample of an evaluation EnvRunner.
-EVALUATE = "evaluate"
-#: The phase label the driver's Prober is in from ``on_algorithm_init`` on.
-TRAIN = "train"
-
-
-def _ray_sink(prober: memprobe.Prober) -> Any:
-    """The prober's :class:`memprobe_ray.RayMetricsSink`, bound to it, or None."""
-    from memprobe_ray import RayMetricsSink
-
-    sink = next((s for s in prober.sinks if isinstance(s, RayMetricsSink)), None)
-    return None if sink is None else sink.bind(prober)
-
-
-def ray_metrics_plugin(pm: Any) -> None:
-    """Register memprobe_ray's sink plugin in ``pm`` (entry points may be off or absent).
-
-    :raises ConfigError: naming ``pip install "memprobe[ray]"`` when Ray's metrics
-        cannot export here.
-    """
-    try:
-        import memprobe_ray
-        import memprobe_ray.plugin as plugin
-
-        memprobe_ray.require_ray_metrics()
-    except ImportError as exc:
-        raise ConfigError("ray_metrics", str(exc) if "memprobe[ray]" in str(exc) else
-                          f'needs memprobe_ray: pip install "memprobe[ray]" ({exc})') from None
-    if not pm.is_registered(plugin) and pm.get_plugin("ray_metrics") is None:
-        pm.register(plugin, name="memprobe_ray.plugin")
-
-
-class ProcessProber:
-    """One process's Prober with its leak alarm's state and its result log, built together.
-
-    With ``options.ray_metrics`` (and ``sink``), the Prober also writes to the
-    ``ray_metrics`` sink (tags ``role``, ``name="rllib"`` or ``"rllib_evaluate"``
-    for an evaluation EnvRunner, ``index``), which gets the leak keys' verdict
-    (:class:`LeakState`'s) after each check of the alarm. ``phase`` labels every
-    sample (an evaluation EnvRunner's).
-    """
-
-    def __init__(self, options: CallbackOptions, role: str, index: int, *,
-                 prefix: str, step_name: str, sink: bool = True,
-                 phase: str | None = None) -> None:
-        tag_index = None if role == "driver" else index
-        self.leak = LeakState(prefix, role, tag_index, step_name)
-        path = None
-        where = _jsonl_template(options.jsonl) if sink else None
-        if where is not None:
-            tags: dict[str, Any] = {"role": role}
-            if role != "driver":
-                tags[role] = index
-            node = _node_id()
-            if node:
-                tags["node"] = node
-            path = memprobe.JsonlSink(jsonl_path(where, role, index), tags=tags)
-        alarm: dict[str, Any] = {}
-        if options.leak_check_every is not None:
-            alarm = {"on_leak": self.leak.on_leak, "leak_check_every": options.leak_check_every,
-                     "leak_confirmations": options.leak_confirmations,
-                     "leak_options": options.alarm_options}
-        pm = _plugin_manager(options.plugins, options.load_entrypoints)
-        sinks: dict[str, Any] = {}
-        if sink and options.ray_metrics:
-            ray_metrics_plugin(pm)
-            sinks["ray_metrics"] = {"role": role, "index": index,
-                                    "name": "rllib" if phase is None else f"rllib_{phase}"}
-        self.prober = memprobe.Prober(
-            options.probe_spec, every=options.every, interval_seconds=options.interval_seconds,
-            budget=options.prober_budget, history=options.history,
-            max_failures=options.max_failures, sink=path, sinks=sinks or None,
-            prefix=prefix, max_site_keys=options.max_site_keys, plugin_manager=pm,
-            time_limit_seconds=options.time_limit_seconds, **alarm,
-        )
-        self.leak.prober = self.prober
-        # The ray_metrics sink: reads the Prober's declarations, and exports its verdicts.
-        self.ray_sink = _ray_sink(self.prober) if sinks else None
-        self._exported: Any = None
-        self.phase = phase
-        self.alarm_on = bool(alarm)
-        self.log = ResultLog(KeyKinds(lambda key: declared(self.prober, key), prefix),
-                             site_keys=options.site_keys)
-        self.last: dict[str, Any] = {}
-
-    def start(self) -> ProcessProber:
-        self.prober.start()
-        if self.phase is not None:
-            self.prober.start_phase(self.phase, step=0)
-        return self
-
-    def sample(self, step: Any, force: bool = False) -> dict[str, Any]:
-        """One sample; then the alarm's latest verdicts to the ray_metrics sink, if new."""
-        values = self.prober.sample(step=step, force=force)
-        alarm = self.prober.alarm
-        if self.ray_sink is not None and alarm is not None:
-            latest = alarm.latest
-            if latest is not None and latest is not self._exported:
-                self._exported = latest
-                self._export_leak()
-        return values
-
-    def _export_leak(self) -> None:
-        """The leak keys' verdict to the ray_metrics sink: suspect while ``LeakState`` holds
-        an alarm, the rates of the judged metrics, the culprits by rate."""
-        leak = self.leak
-        leak.refresh()
-        head = mkeys.prefix_path(self.prober.prefix)
-        judged = {head + m for m in JUDGED}
-        verdicts = {k: v for k, v in leak.latest.items() if k in judged}
-        culprits = sorted(leak.culprits, key=lambda c: -leak.culprits[c])
-        self.ray_sink.write_verdicts(verdicts, list(leak.alarmed), culprits)
-
-    def leak_values(self) -> dict[str, float]:
-        """The leak keys (empty when the alarm is off)."""
-        if not self.alarm_on:
-            return {}
-        return self.leak.values(self.log.cells if self.log.cells else self.last)
-
-    def sample_all(self, step: Any) -> dict[str, Any]:
-        """One sample with every key seen so far (latest values) and the leak keys: for
-        results that are plain dicts (driver, learners), never missing a key."""
-        if not self.last:
-            # The first call samples twice with every probe, due or not, so that probes
-            # on a schedule, and those reporting at their second sample (a tracing
-            # window's end), are in the first iteration's keys too; the overhead
-            # fraction, reported once measured over a second, reads 0 until then.
-            self.sample(step, force=True)
-            self.last[mkeys.make_key(self.prober.prefix, "overhead", "fraction")] = 0.0
-            values = self.sample(step, force=True)
-        else:
-            values = self.sample(step)
-        merged = self.last
-        site = self.log.kinds
-        keep_sites = self.log.site_keys
-        for k, v in values.items():
-            if keep_sites or not site(k)[2]:
-                merged[k] = v
-        merged.update(self.leak_values())
-        return dict(merged)
-
+#: The prefix of the driver's keys.
+DRIVER_PREFIX = mkeys.join_prefix(mkeys.DEFAULT_PREFIX, "driver")
 
 class MemoryProbeCallback(RLlibCallback):
     """An RLlib callback that samples memprobe probes in every EnvRunner and the driver.
@@ -266,9 +73,9 @@ class MemoryProbeCallback(RLlibCallback):
         sub = type(cls.__name__, (cls,), {"options": merged, "__module__": cls.__module__,
                                           "__qualname__": f"{cls.__qualname__}[configured]"})
         # Check the probes and plugins by building (never starting) a Prober.
-        ProcessProber(merged, "driver", 0, prefix="memprobe/driver", step_name="", sink=False)
+        ProcessProber(merged, "driver", 0, prefix=DRIVER_PREFIX, step_name="", sink=False)
         if merged.ray_metrics:
-            ray_metrics_plugin(_plugin_manager(merged.plugins, merged.load_entrypoints))
+            ray_metrics_plugin(plugin_manager(merged.plugins, merged.load_entrypoints))
         return sub
 
     def __getstate__(self) -> dict[str, Any]:
@@ -297,7 +104,7 @@ class MemoryProbeCallback(RLlibCallback):
                 self._env = ProcessProber(opts, "env_runner", index, prefix="memprobe",
                                          step_name=STEP_NAMES[opts.trigger],
                                          phase=phase).start()
-                _LIVE.add(self._env)
+                LIVE.add(self._env)
             except Exception as exc:
                 self._failed_build = True
                 self._internal_failure(exc)
@@ -327,7 +134,8 @@ class MemoryProbeCallback(RLlibCallback):
         if leak:
             log.add(leak)
         if self._internal_errors:
-            log.add({"memprobe/errors/memprobe_rllib": self._internal_errors})
+            log.add({mkeys.make_key(env.prober.prefix, "errors", "memprobe_rllib"):
+                     self._internal_errors})
         if custom_metrics is not None:
             log.flush_custom_metrics(custom_metrics)
         else:
@@ -367,10 +175,10 @@ class MemoryProbeCallback(RLlibCallback):
     def _get_driver(self) -> ProcessProber | None:
         """The driver's ProcessProber, built (in the ``train`` phase) at the first call."""
         if self._driver is None and self.options.driver:
-            self._driver = ProcessProber(self.options, "driver", 0, prefix="memprobe/driver",
+            self._driver = ProcessProber(self.options, "driver", 0, prefix=DRIVER_PREFIX,
                                         step_name=STEP_NAMES["driver"])
             self._driver.start()
-            _LIVE.add(self._driver)
+            LIVE.add(self._driver)
             self._driver.prober.start_phase(TRAIN, step=0)
         return self._driver
 
@@ -409,7 +217,7 @@ class MemoryProbeCallback(RLlibCallback):
         :raises memprobe.ConfigError: a bad label (empty, with ``/``, too long).
         """
         marked = 0
-        for probe in list(_LIVE):
+        for probe in list(LIVE):
             try:
                 probe.prober.mark(label)
                 marked += 1
@@ -437,106 +245,21 @@ class MemoryProbeCallback(RLlibCallback):
         except Exception as exc:
             self._internal_failure(exc)
         if self._internal_errors:
-            result["memprobe/driver/errors/memprobe_rllib"] = self._internal_errors
+            errors_key = mkeys.make_key(DRIVER_PREFIX, "errors", "memprobe_rllib")
+            result[errors_key] = self._internal_errors
 
     def _sample_learners(self, algorithm: Any) -> dict[str, Any]:
         group = getattr(algorithm, "learner_group", None)
         if group is None or getattr(group, "is_local", True):
             return {}  # the local Learner runs in the driver: covered by memprobe/driver/
         step = self._driver_step
-        results = group.foreach_learner(_learner_sample, options=self.options, step=step)
+        results = group.foreach_learner(learner_sample, options=self.options, step=step)
         out: dict[str, Any] = {}
         for r in results:
             if not getattr(r, "ok", True):
                 continue
             index, values = r.get() if hasattr(r, "get") else r
-            head = mkeys.prefix_path(f"memprobe/learner_{index}")
+            head = learner_prefix(index)
             for k, v in values.items():
-                out[head + mkeys.short_key(k, LEARNER_PREFIX)] = v
+                out[mkeys.key_of(head, mkeys.short_key(k, LEARNER_PREFIX))] = v
         return out
-
-
-# Every live ProcessProber a callback built in this process, for MemoryProbeCallback.mark
-# (weak: a stopped Algorithm's callback and its Prober go when the Algorithm goes).
-_LIVE: weakref.WeakSet[ProcessProber] = weakref.WeakSet()
-
-#: The prefix a Learner's Prober writes under; the driver renames it ``memprobe/learner_<i>``.
-LEARNER_PREFIX = "memprobe/learner"
-
-# Learner actors: one ProcessProber per process per option set, kept between iterations.
-_LEARNERS: dict[str, ProcessProber] = {}
-_LEARNER_LOCK = threading.Lock()
-
-
-def _learner_index(learner: Any) -> int:
-    """The Learner's rank among the Learners (0 when it runs alone)."""
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank())
-    except Exception:
-        pass
-    return 0
-
-
-def _learner_sample(learner: Any, options: CallbackOptions,
-                    step: Any = None) -> tuple[int, dict[str, Any]]:
-    index = _learner_index(learner)
-    try:
-        with _LEARNER_LOCK:
-            probe = _LEARNERS.get(repr(options))
-            if probe is None:
-                probe = ProcessProber(options, "learner", index, prefix=LEARNER_PREFIX,
-                                     step_name=STEP_NAMES["learner"]).start()
-                _LEARNERS[repr(options)] = probe
-        return index, probe.sample_all(step)
-    except Exception as exc:
-        warn(f"memprobe_rllib: sampling in a Learner failed: {exc!r}")
-        return index, {mkeys.make_key(LEARNER_PREFIX, "errors", "memprobe_rllib"): 1}
-
-
-class _HookFunction:
-    """A picklable callable for ``config.callbacks(on_episode_end=...)`` and friends.
-
-    Holds a configured callback class; builds its instance (and so its Prober)
-    lazily in the process where it is first called. Used as a plain function it
-    logs at every call (there is no later hook to batch the logging in).
-    """
-
-    def __init__(self, cls: type[MemoryProbeCallback], hook: str) -> None:
-        self.cls = cls
-        self.hook = hook
-        self._instance: MemoryProbeCallback | None = None
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        if self._instance is None:
-            self._instance = self.cls(flush_each_call=True)
-        getattr(self._instance, self.hook)(*args, **kwargs)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"cls": self.cls, "hook": self.hook, "_instance": None}
-
-    def __repr__(self) -> str:
-        return f"memprobe_rllib.{self.hook}_callback({self.cls.options!r})"
-
-
-def episode_end_callback(**options: Any) -> _HookFunction:
-    """A function for ``config.callbacks(on_episode_end=...)``: samples and logs per episode.
-
-    Takes the options of :meth:`MemoryProbeCallback.configure` (checked now).
-    """
-    return _HookFunction(MemoryProbeCallback.configure(**options), "on_episode_end")
-
-
-def sample_end_callback(**options: Any) -> _HookFunction:
-    """A function for ``config.callbacks(on_sample_end=...)``: one sample per ``sample()`` call."""
-    return _HookFunction(
-        MemoryProbeCallback.configure(**{**options, "trigger": "sample"}), "on_sample_end"
-    )
-
-
-def train_result_callback(**options: Any) -> _HookFunction:
-    """A function for ``config.callbacks(on_train_result=...)``: driver (and Learner) memory."""
-    return _HookFunction(MemoryProbeCallback.configure(**options), "on_train_result")
-

@@ -27,6 +27,7 @@ with the latest verdict:
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -52,28 +53,23 @@ MAX_CULPRITS = 3
 _PYTHON_SHARE = 0.25
 
 
-def _human(value: float, unit: str) -> str:
-    """A signed amount, as every memprobe report writes it (``+1.1 MiB``)."""
-    return memprobe.format_value(value, unit, signed=True)
-
-
 def survivor_sites(history: Sequence[Any], prefix: str,
                    windows: int = 5) -> list[tuple[str, float]]:
     """Sites whose blocks survive most of the last ``windows`` tracing windows.
 
     :returns: ``[(site, median surviving bytes per window)]``, largest first.
     """
-    head = mkeys.prefix_path(prefix) + "tracemalloc/"
-    total_key = head + "survivors_bytes"
+    total_key = mkeys.make_key(prefix, "tracemalloc", "survivors_bytes")
     closed = [s.values for s in reversed(history) if total_key in s.values][:windows]
     if not closed:
         return []
     sizes: dict[str, list[float]] = {}
     for values in closed:
         for key, v in values.items():
-            if key.startswith(head + "survivors/") and key.endswith("/size_bytes"):
-                site = mkeys.site_name(key[len(head):])
-                if site is not None and site != "other":
+            found = mkeys.split_site_key(key, prefix)
+            if found is not None and found[0] == "tracemalloc":
+                section, site, stat = found[1]
+                if section == "survivors" and stat == "size_bytes" and site != "other":
                     sizes.setdefault(site, []).append(float(v))
     need = (len(closed) + 1) // 2
     ranked = [(site, statistics.median(vs + [0.0] * (len(closed) - len(vs))))
@@ -104,9 +100,8 @@ def user_survivor_sites(history: Sequence[Any], prefix: str) -> list[tuple[str, 
 def growing_types(history: Sequence[Any], prefix: str) -> list[str]:
     """Object types whose live count grew most between the first and the last third
     of the samples that counted objects, fastest first."""
-    head = mkeys.prefix_path(prefix) + "objects/top/"
-    counted = [s.values for s in history if mkeys.prefix_path(prefix) + "objects/total_count"
-               in s.values]
+    total_key = mkeys.make_key(prefix, "objects", "total_count")
+    counted = [s.values for s in history if total_key in s.values]
     if len(counted) < 3:
         return []
     third = max(1, len(counted) // 3)
@@ -115,8 +110,10 @@ def growing_types(history: Sequence[Any], prefix: str) -> list[str]:
         out: dict[str, list[float]] = {}
         for values in part:
             for key, v in values.items():
-                if key.startswith(head) and key.endswith("/count"):
-                    out.setdefault(key[len(head):-len("/count")], []).append(float(v))
+                found = mkeys.split_site_key(key, prefix)
+                if found is not None and found[0] == "objects" and found[1].section == "top" \
+                        and found[1].stat == "count":
+                    out.setdefault(found[1].name, []).append(float(v))
         return {name: statistics.median(vs) for name, vs in out.items()}
 
     early, late = level(counted[:third]), level(counted[-third:])
@@ -144,14 +141,14 @@ def culprits_of(verdict: Any, history: Sequence[Any], prefix: str) -> tuple[str,
     # blocks that survive each window can. Library sites survive every window in a
     # healthy EnvRunner too (the episodes in flight until sample() returns): only the
     # user's own sites are named here.
-    if metric.startswith("objects/") or metric == "gc/allocated_blocks":
+    if mkeys.split_short(metric)[0] == "objects" or metric == "gc/allocated_blocks":
         types = growing_types(history, prefix)
         if types:
             return tuple(types[:MAX_CULPRITS])
         # Too few walks of the heap to tell the type yet (the alarm's capture counts
         # them): the user's lines whose objects survive the windows.
         return tuple(site for site, _ in user_survivor_sites(history, prefix)[:MAX_CULPRITS])
-    if metric.endswith("_bytes"):
+    if verdict.unit == "bytes":
         sites = user_survivor_sites(history, prefix)
         per_step = max(float(verdict.slope_per_step), 1.0)
         if sites and sum(b for _, b in sites[:MAX_CULPRITS]) >= _PYTHON_SHARE * per_step:
@@ -168,7 +165,6 @@ class LeakState:
         self.role = role
         self.index = index
         self.step_name = step_name  # what one sample is, for the warning
-        self._head = mkeys.prefix_path(prefix) + "leak/"
         self.alarmed: dict[str, Any] = {}  # key -> its alarming Verdict
         # key -> checks in a row that judged it otherwise than its alarm stands
         # (healthy while alarmed, leaking while lowered)
@@ -235,12 +231,13 @@ class LeakState:
         """One line naming the process, the metric, the rates and the culprit."""
         who = self.role if self.index is None else f"{self.role} {self.index}"
         metric = mkeys.short_key(verdict.key, self.prefix)
-        unit = "bytes" if metric.endswith("_bytes") else ""
+        unit = verdict.unit
         per_hour = verdict.rate_per_hour
-        rate = (f"{_human(per_hour, unit)}/hour, " if per_hour is not None else "")
+        amount = functools.partial(memprobe.format_value, unit=unit, signed=True)
+        rate = f"{amount(per_hour)}/hour, " if per_hour is not None else ""
         where = ", ".join(names) if names else "unknown (add the tracemalloc or objects probe)"
         return (f"memprobe_rllib: {who} leaks: {metric} {rate}"
-                f"{_human(verdict.slope_per_step, unit)} per sample ({self.step_name}) "
+                f"{amount(verdict.slope_per_step)} per sample ({self.step_name}) "
                 f"over {verdict.n_points} samples; where: {where}")
 
     def refresh(self) -> None:
@@ -313,30 +310,29 @@ class LeakState:
         """The leak keys with the latest verdicts (the same keys at every call)."""
         self.refresh()
         if self.judged is None:
-            head = mkeys.prefix_path(self.prefix)
             present = set(sample_keys)
-            self.judged = tuple(m for m in JUDGED if head + m in present)
-        head = mkeys.prefix_path(self.prefix)
+            self.judged = tuple(m for m in JUDGED if mkeys.key_of(self.prefix, m) in present)
+        leak = functools.partial(mkeys.leak_key, self.prefix)
         out: dict[str, float] = {}
         worst = 0.0
         for metric in self.judged:
-            key = head + metric
+            key = mkeys.key_of(self.prefix, metric)
             v = self.latest.get(key)
             rate = float(v.rate_per_hour or 0.0) if v is not None and v.status != "insufficient" \
                 else 0.0
-            out[f"{self._head}{metric}/rate_per_hour"] = rate
+            out[leak(metric, "rate_per_hour")] = rate
             alarmed = key in self.alarmed
-            out[f"{self._head}{metric}/suspect"] = 1.0 if alarmed else 0.0
-            if alarmed and metric.endswith("_bytes"):
+            out[leak(metric, "suspect")] = 1.0 if alarmed else 0.0
+            if alarmed and v is not None and v.unit == "bytes":
                 worst = max(worst, rate)
         suspect = 1.0 if self.alarmed else 0.0
-        out[self._head + "suspect"] = suspect
-        out[self._head + "rate_per_hour"] = worst
-        rss = self.latest.get(head + "process/rss_bytes")
+        out[leak("suspect")] = suspect
+        out[leak("rate_per_hour")] = worst
+        rss = self.latest.get(mkeys.make_key(self.prefix, "process", "rss_bytes"))
         hours = getattr(rss, "hours_to_oom", None)
-        out[self._head + "hours_to_oom"] = -1.0 if hours is None else float(hours)
+        out[leak("hours_to_oom")] = -1.0 if hours is None else float(hours)
         if self.role == "env_runner" and self.index is not None:
-            out[f"{self._head}env_runner_{self.index}"] = suspect
+            out[leak(f"env_runner_{self.index}")] = suspect
         for name, rate in self.culprits.items():
-            out[f"{self._head}culprit/{mkeys.sanitize_key(name)}/rate_per_hour"] = rate
+            out[mkeys.culprit_key(self.prefix, name)] = rate
         return out

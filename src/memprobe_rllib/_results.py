@@ -25,7 +25,7 @@ from memprobe import keys as mkeys
 from memprobe import metrics as mmetrics
 
 #: The key, under a process's prefix, reduced to the soonest forecast over processes.
-HOURS_TO_OOM = "/leak/hours_to_oom"
+HOURS_TO_OOM = "hours_to_oom"
 
 # Cell layout: the latest value, the largest, the sum, the number of values
 # since the last flush, and the value logged last (for counters: the total).
@@ -123,7 +123,7 @@ class ResultLog:
             if kind == "gauge":
                 if not fresh and site:
                     cell[_LAST] = cell[_MAX] = 0.0
-                if key.endswith(HOURS_TO_OOM):
+                if mkeys.is_leak_key(key, HOURS_TO_OOM):
                     hours = cell[_LAST]
                     log(key, hours if hours >= 0 else math.inf, reduce="min")
                 else:
@@ -154,7 +154,8 @@ def no_forecast_as_minus_one(results: Any) -> None:
     if not isinstance(results, dict):
         return
     for key, value in results.items():
-        if key.endswith(HOURS_TO_OOM) and isinstance(value, (int, float)) and math.isinf(value):
+        if (mkeys.is_leak_key(key, HOURS_TO_OOM) and isinstance(value, (int, float))
+                and math.isinf(value)):
             results[key] = -1.0
 
 

@@ -84,7 +84,9 @@ def _who(name: str) -> str:
 
 
 def _rss_key(samples: Sequence[memprobe.Sample]) -> str | None:
-    return next((k for k in samples[0].values if k.endswith("/process/rss_bytes")), None)
+    prefix = mkeys.infer_prefix(samples[0].values)
+    key = None if prefix is None else mkeys.make_key(prefix, "process", "rss_bytes")
+    return key if key in samples[0].values else None
 
 
 def summary(runs: dict[str, list[memprobe.Sample]]) -> list[str]:

@@ -330,11 +330,17 @@ def check_rllib_leaks(
     finally:
         if built:
             runner.stop()
-        elif "env" in comps and hasattr(runner, "_needs_initial_reset"):
-            # The algorithm's runner: its env was stepped behind its back; start
-            # fresh episodes at its next sample().
-            runner._needs_initial_reset = True
+        elif "env" in comps:
+            _reset_episodes_at_next_sample(runner)
     return LeakCheckResult(checks)
+
+
+def _reset_episodes_at_next_sample(runner: Any) -> None:
+    """The algorithm's own EnvRunner, whose env was stepped behind its back: start fresh
+    episodes at its next ``sample()``. RLlib has no public call for it; this sets the
+    flag its ``SingleAgentEnvRunner`` reads (checked on Ray 2.60), when it has one."""
+    if hasattr(runner, "_needs_initial_reset"):
+        runner._needs_initial_reset = True
 
 
 def _check(component: str, fn: Callable[[], None], repeats: int, warmup: int,

@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memprobe._render_html import flame_graph
+from memprobe.report._render_html import flame_graph
 
 frame = st.sampled_from(["app.py:12", "numpy/_core/numeric.py:232", "json/decoder.py:353",
                          "leaky_alloc", "helper.py:8"])

@@ -121,7 +121,7 @@ READ_AND_MEASURE = textwrap.dedent(
     """\
     import sys, warnings
     import memprobe
-    from memprobe._jsonl import read_samples
+    from memprobe.report._jsonl import read_samples
 
     def hwm_kib():  # peak rss of this process; ru_maxrss would carry the parent's over exec
         with open("/proc/self/status") as f:

@@ -232,7 +232,7 @@ def test_11_a_sparse_terabyte_with_no_newline_is_given_up_quickly(tmp_path: Path
 
 
 def test_11_the_bytes_read_from_one_file_are_capped(tmp_path: Path, monkeypatch) -> None:
-    from memprobe import _jsonl
+    from memprobe.report import _jsonl
 
     monkeypatch.setattr(_jsonl, "MAX_READ_BYTES", 2000)
     write_run(tmp_path / "a.jsonl", n=100)
@@ -280,7 +280,7 @@ def test_13_a_file_that_grows_while_it_is_read_is_read_to_its_size_at_open(
 
 
 def test_13_the_reader_stops_at_the_size_at_open(tmp_path: Path) -> None:
-    from memprobe._jsonl import iter_records
+    from memprobe.report._jsonl import iter_records
 
     path = write_run(tmp_path / "a.jsonl", n=5)
     it = iter_records(path)

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memprobe._render_png import growth_onset
-from memprobe._runs import load_runs, summarize
+from memprobe.report._render_png import growth_onset
+from memprobe.report._runs import load_runs, summarize
 
 MIB = 2**20
 
@@ -25,7 +25,7 @@ def _write(path: Path, rss: list[float], fds: list[int]) -> None:
 
 def _figure(path: Path):  # type: ignore[no-untyped-def]
     pytest.importorskip("matplotlib")
-    from memprobe._render_png import figure, pyplot
+    from memprobe.report._render_png import figure, pyplot
 
     plt = pyplot()
     return plt, figure(plt, [summarize(r) for r in load_runs([str(path)])])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import memprobe
-from memprobe._runs import describe, load_runs, summarize
+from memprobe.report._runs import load_runs, summarize
 
 LEAKY_DEFAULT_PROBES = textwrap.dedent(
     """\
@@ -64,11 +64,11 @@ def test_driver_files_are_read_whatever_their_prefix(tmp_path: Path) -> None:
 
 
 def test_units_come_from_declarations_for_any_prefix() -> None:
-    assert describe("memprobe/driver/process/rss_bytes", "memprobe/driver").unit == "bytes"
-    assert describe("memprobe/driver/overhead/sample_seconds", "memprobe/driver").unit == "seconds"
-    assert describe("x/overhead/fraction", "x").unit == "fraction"
-    assert describe("x/errors/sink", "x").unit == "count"  # declared by pattern, no suffix
-    assert describe("no-prefix-key", "memprobe").unit == ""
+    assert memprobe.describe_key("memprobe/driver/process/rss_bytes", "memprobe/driver").unit == "bytes"
+    assert memprobe.describe_key("memprobe/driver/overhead/sample_seconds", "memprobe/driver").unit == "seconds"
+    assert memprobe.describe_key("x/overhead/fraction", "x").unit == "fraction"
+    assert memprobe.describe_key("x/errors/sink", "x").unit == "count"  # declared by pattern, no suffix
+    assert memprobe.describe_key("no-prefix-key", "memprobe").unit == ""
 
 
 def test_leak_with_default_probes_says_how_to_name_the_line(tmp_path: Path) -> None:
@@ -137,7 +137,7 @@ def test_html_shows_everything_the_text_shows(leaky_traced: Path, tmp_path: Path
 def test_plot_labels_stay_inside_their_panel_and_counts_get_integer_ticks(
         leaky_traced: Path) -> None:
     pytest.importorskip("matplotlib")
-    from memprobe._render_png import figure, pyplot
+    from memprobe.report._render_png import figure, pyplot
 
     plt = pyplot()
     summaries = [summarize(r) for r in load_runs([str(leaky_traced / "run.jsonl")])]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import memprobe
-from memprobe._runs import ProcessRun, load_runs, summarize
+from memprobe.report._runs import ProcessRun, load_runs, summarize
 
 #: A real Prober around a loop: ``BOUND`` entries of 64 KiB fill a cache during the
 #: first 40 steps, then the loop only churns (json, temporaries); ``BOUND`` None

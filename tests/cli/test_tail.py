@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memprobe._jsonl import MAX_LINE_BYTES
-from memprobe._tail import Folder, Tail
+from memprobe.report._jsonl import MAX_LINE_BYTES
+from memprobe.report._tail import Folder, Tail
 
 
 def _append(path: Path, data: bytes) -> None:

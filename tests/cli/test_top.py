@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from memprobe._top import WINDOW, Board, sparkline
+from memprobe.report._top import WINDOW, Board, sparkline
 
 LEAKY = """
 import time
@@ -152,7 +152,7 @@ def test_the_leaking_process_rises_to_the_top_in_a_real_terminal(tmp_path: Path,
 
 
 def test_verdicts_are_spread_over_refreshes_within_their_budget(monkeypatch) -> None:
-    import memprobe._top as top
+    import memprobe.report._top as top
 
     monkeypatch.setattr(top, "JUDGE_BUDGET_SECONDS", 0.0)  # one verdict per refresh
     board = Board()

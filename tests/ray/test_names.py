@@ -58,7 +58,7 @@ def test_the_default_probes_keys_have_distinct_unit_bearing_names():
     # overhead/fraction appears once measured over a second: named here all the same.
     for key in dict.fromkeys([*values, "memprobe/overhead/fraction"]):
         p = split_key(key, "memprobe")
-        m = prom_metric(p.probe, p.metric, describe(key, p.probe, p.metric))
+        m = prom_metric(p.probe, p.metric, describe(key, "memprobe"))
         names.setdefault(m.name, []).append(key)
     assert "memprobe_process_rss_bytes" in names
     assert "memprobe_overhead_ratio" in names

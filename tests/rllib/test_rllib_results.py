@@ -17,8 +17,8 @@ from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
 
 from memprobe.keys import site_name
 from memprobe_rllib import CallbackOptions, MemoryProbeCallback
-from memprobe_rllib._callback import ProcessProber
 from memprobe_rllib._leak import LeakState, culprits_of
+from memprobe_rllib._process import ProcessProber
 from memprobe_rllib._results import no_forecast_as_minus_one
 
 pytestmark = pytest.mark.rllib

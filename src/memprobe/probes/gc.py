@@ -45,7 +45,7 @@ class GcProbe:
         "gen<N>/uncollectable_count": Metric(
             "uncollectable objects found in generation N since the process started",
             "count", "counter"),
-        "garbage_count": Metric("len(gc.garbage)", "count"),
+        "garbage_count": Metric("len(gc.garbage)", "count", judged=True, growth="objects"),
         "collection_seconds": Metric(
             "time spent in collections since the previous sample", "seconds", "interval"),
         "collection_seconds_total": Metric(
@@ -54,7 +54,7 @@ class GcProbe:
             "objects freed by the forced collection (collect=True)", "count", "interval"),
         "allocated_blocks": Metric(
             "memory blocks Python's small-object allocator has in use: about one per live "
-            "small object (blocks=True)", "count"),
+            "small object (blocks=True)", "count", judged=True, growth="objects"),
     }
 
     def __init__(self, *, collect: bool = False, blocks: bool = False) -> None:

@@ -161,10 +161,11 @@ class MallocProbe:
             "bytes malloc obtained from the system for its arenas (sbrk heap and thread "
             "arenas; mmapped chunks excluded)", "bytes"),
         "in_use_bytes": Metric(
-            "bytes in chunks allocated and not freed, arenas plus mmapped chunks", "bytes"),
+            "bytes in chunks allocated and not freed, arenas plus mmapped chunks", "bytes",
+            judged=True, growth="native"),
         "free_bytes": Metric(
             "bytes in free chunks malloc holds in its arenas (freed by the program, "
-            "not returned to the system)", "bytes"),
+            "not returned to the system)", "bytes", judged=True),
         "mmap_bytes": Metric("bytes in chunks malloc mapped one by one (large allocations)",
                              "bytes"),
         "releasable_bytes": Metric("free bytes at the top of the main heap, which "

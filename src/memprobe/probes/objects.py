@@ -43,7 +43,8 @@ class ObjectsProbe:
     """
 
     metrics = {
-        "total_count": Metric("live gc-tracked objects", "count"),
+        "total_count": Metric("live gc-tracked objects", "count", judged=True,
+                              growth="objects"),
         "types_count": Metric("distinct types among them", "count"),
         "top/<type>/count": Metric("live objects of the type", "count"),
         "growth/<type>/count": Metric(

@@ -84,14 +84,18 @@ class ProcessProbe:
     """
 
     metrics = {
-        "rss_bytes": Metric("resident set size", "bytes"),
-        "vms_bytes": Metric("virtual memory size", "bytes"),
-        "shared_bytes": Metric("resident shared pages (file-backed; Linux)", "bytes"),
+        "rss_bytes": Metric("resident set size", "bytes", judged=True),
+        "vms_bytes": Metric("virtual memory size", "bytes", judged=True),
+        "shared_bytes": Metric("resident shared pages (file-backed; Linux)", "bytes",
+                               judged=True, growth="mmap"),
         "data_bytes": Metric("data + stack segment (Linux)", "bytes"),
-        "num_fds": Metric("open file descriptors (POSIX)", "count"),
-        "num_threads": Metric("OS threads of this process", "count"),
-        "uss_bytes": Metric("unique set size (full=True)", "bytes"),
-        "pss_bytes": Metric("proportional set size (full=True, Linux)", "bytes"),
+        "num_fds": Metric("open file descriptors (POSIX)", "count", judged=True,
+                          growth="fds"),
+        "num_threads": Metric("OS threads of this process", "count", judged=True,
+                              growth="threads"),
+        "uss_bytes": Metric("unique set size (full=True)", "bytes", judged=True),
+        "pss_bytes": Metric("proportional set size (full=True, Linux)", "bytes",
+                            judged=True),
         "swap_bytes": Metric("swapped out (full=True, Linux)", "bytes"),
     }
 

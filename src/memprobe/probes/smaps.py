@@ -63,9 +63,9 @@ class SmapsProbe:
         "pss_bytes": Metric("proportional set size: shared pages divided among their users "
                             "(rollup=True)", "bytes"),
         "anonymous_bytes": Metric("resident anonymous memory: heaps, arenas, anonymous mmap, "
-                                  "copy-on-write pages", "bytes"),
+                                  "copy-on-write pages", "bytes", judged=True),
         "file_bytes": Metric("resident file-backed pages: mapped files, shared libraries",
-                             "bytes"),
+                             "bytes", judged=True, growth="mmap"),
         "shmem_bytes": Metric("resident shared memory: tmpfs, /dev/shm, shared anonymous "
                               "mappings", "bytes"),
         "swap_bytes": Metric("anonymous memory swapped out", "bytes"),

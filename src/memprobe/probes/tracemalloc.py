@@ -50,10 +50,12 @@ class TracemallocProbe:
     """
 
     metrics = {
-        "traced_bytes": Metric("memory traced by tracemalloc now", "bytes"),
         "filtered_bytes": Metric(
             "traced memory after the probe's filters (memprobe's own packages, tracemalloc, "
-            "importlib and ``exclude`` left out); what leak diagnosis judges", "bytes"),
+            "importlib and ``exclude`` left out); what leak diagnosis judges", "bytes",
+            judged=True, growth="python"),
+        "traced_bytes": Metric("memory traced by tracemalloc now", "bytes",
+                               judged=True, growth="python"),
         "peak_bytes": Metric("peak traced memory since the previous sample", "bytes"),
         "overhead_bytes": Metric("memory tracemalloc itself uses", "bytes"),
         "blocks_count": Metric("live traced blocks (after filters)", "count"),

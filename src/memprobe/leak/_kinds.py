@@ -1,0 +1,223 @@
+"""Kinds of growth: which kind of leak a growing metric is, told from the metrics beside it.
+
+A leak is one of the kinds in :data:`KINDS`. Each judged metric says something
+on its own (``process/num_fds`` grows: file descriptors); a whole-process
+memory metric (rss, uss, pss, vms) is explained by the others: Python's traced
+bytes, malloc's in-use and free bytes (the ``malloc`` probe), file-backed
+mappings (``smaps/file_bytes``, or ``process/shared_bytes``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from .._registry import builtin_declarations, growth_kinds, judged_metrics
+from ..keys import format_culprit, is_library_site, split_short
+from ._windows import WindowEvidence
+
+__all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
+
+#: Each kind of growth in plain words, most telling first (the order of :func:`rank`).
+KINDS: Mapping[str, str] = {
+    "fds": "file descriptors: files, sockets or pipes opened and never closed",
+    "mmap": "memory-mapped files: file-backed mappings grow",
+    "python": "Python allocations: the bytes tracemalloc traces grow",
+    "objects": "retained objects: the number of live objects grows",
+    "native": "native memory: memory in use grows outside Python's view (C extensions, malloc)",
+    "fragmentation": (
+        "allocator hold or fragmentation: rss grows while malloc's in-use bytes stay flat "
+        "and the free bytes it holds grow"
+    ),
+    "threads": "threads started and never ended",
+}
+
+#: Process metrics that count resident memory, tracemalloc's own tables included.
+RESIDENT = ("rss_bytes", "uss_bytes", "pss_bytes")
+FILTERED = "tracemalloc/filtered_bytes"
+TRACED = "tracemalloc/traced_bytes"
+#: Live blocks of Python's small-object allocator (``gc`` probe, ``blocks=True``).
+BLOCKS = "gc/allocated_blocks"
+#: Counts of live objects (besides the objects probe's ``objects/...``).
+OBJECT_COUNTS = ("objects/total_count", BLOCKS)
+
+#: Metrics judged by :func:`memprobe.analyze_samples` (without prefix), besides
+#: the per-site and per-type series: those the built-in probes declare
+#: ``judged=True`` (:class:`memprobe.Metric`). ``tracemalloc/traced_bytes`` is judged
+#: only when ``tracemalloc/filtered_bytes`` is absent: traced bytes include
+#: memprobe's own allocations.
+#: The order reports list them in: whole-process memory first, then what explains it.
+_READING_ORDER = ("process", "tracemalloc", "objects", "gc", "malloc", "smaps")
+DEFAULT_METRICS = tuple(sorted(
+    judged_metrics(builtin_declarations()),
+    key=lambda m: _READING_ORDER.index(split_short(m)[0])))
+
+_FILE_BACKED = ("smaps/file_bytes", "process/shared_bytes")
+#: The kind each judged metric's growth is on its own (its declaration's ``growth``).
+_OWN_KIND = growth_kinds(builtin_declarations())
+_ORDER = {k: i for i, k in enumerate(KINDS)}
+
+
+class _Judged(Protocol):
+    @property
+    def status(self) -> str: ...
+    @property
+    def slope_per_step(self) -> float: ...
+    @property
+    def kind(self) -> str | None: ...
+    @property
+    def metric(self) -> str: ...
+
+
+def rank(v: _Judged) -> tuple[int, int]:
+    """Sort key: the resident size first (its kind weighs every other growth), then
+    the most telling kind (fds before the memory they cost)."""
+    return (v.metric != "process/rss_bytes", _ORDER.get(v.kind or "", len(_ORDER)))
+
+
+#: Said when the site named first has no frame of the user's code.
+NO_USER_FRAME = ("no frame of the user's code among the frames traced for {site}: "
+                 "trace more (tracemalloc nframe) to name the line that keeps it")
+
+
+def _python(sites: Sequence[str], types: Sequence[str]) -> tuple[str, tuple[str, ...], str]:
+    """Python allocations; retained objects when the fastest-growing type is a class of
+    a module (``my_mod.Cache``), not a builtin (``dict``, ``bytes``). When the first site
+    is a library's line alone, the note says the user's frame was not reached."""
+    if types and "." in types[0]:
+        return "objects", (*types, *sites), KINDS["objects"]
+    note = KINDS["python"]
+    if sites and is_library_site(sites[0]):
+        note += "; " + NO_USER_FRAME.format(site=sites[0])
+    return "python", (*sites, *types), note
+
+
+def _grows(v: _Judged | None, than: float = 0.0) -> bool:
+    """``v`` grows (a leak, or slightly) at no less than ``than`` per step."""
+    return v is not None and v.status in ("leak", "slight") and v.slope_per_step >= than
+
+
+def native_hint(windows: Sequence[WindowEvidence] = ()) -> str:
+    """How to get the native stack of a native leak: the memray sites, or the way to them."""
+    if any(e.probe == "memray" for e in windows):
+        return ""
+    try:
+        installed = importlib.util.find_spec("memray") is not None
+    except (ImportError, ValueError):
+        installed = False
+    option = "capture_on_leak={'native': True, 'native_traces': True} names the C function"
+    if installed:
+        return option
+    return 'pip install "memprobe[native]"; then ' + option
+
+
+def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
+            why: str) -> tuple[str, tuple[str, ...], str]:
+    """Native memory: memray's sites when its windows ran, else the way to get them."""
+    note = f"native memory; {why}" if why else KINDS["native"]
+    native = next((e for e in windows if e.probe == "memray" and e.sites), None)
+    if native is not None:
+        return "native", tuple(format_culprit(s) for s, _ in native.sites[:5]), (
+            f"{note}; {native.describe(rate)}")
+    hint = native_hint(windows)
+    return "native", (), f"{note}; {hint}" if hint else note
+
+
+def _held(metric: str, rate: float, windows: Sequence[WindowEvidence], holders: Sequence[str],
+          types: Sequence[str], traced: WindowEvidence | None,
+          ) -> tuple[str, tuple[str, ...], str] | None:
+    """Native memory that retained objects own: live objects grow, Python's traced bytes
+    do not account for the metric's growth, and a line of the user's makes objects that
+    grow or survive (a kept ``torch.Tensor``'s storage, a C extension's buffers). Named
+    by memray's sites when its windows ran, else by the user's lines and the types.
+    None without a user's line: a library's blocks in flight (episodes not yet
+    returned) survive every window of a healthy process too, and hold nothing."""
+    if traced is not None:
+        holders = (*holders, *(format_culprit(s) for s, _ in traced.sites))
+    sites = tuple(s for s in dict.fromkeys(holders) if not is_library_site(s))
+    if not sites:
+        return None
+    why = ("retained objects hold it: live objects grow, Python's traced bytes do not "
+           "account for the growth")
+    if traced is not None:
+        why += f" ({traced.describe(rate)})"
+    kind, culprits, note = _native(metric, rate, windows, why)
+    return kind, culprits or (*sites[:5], *types), note
+
+
+def classify(
+    metric: str,
+    by_metric: Mapping[str, _Judged],
+    sites: Sequence[str],
+    types: Sequence[str],
+    windows: Sequence[WindowEvidence] = (),
+    holders: Sequence[str] = (),
+) -> tuple[str | None, tuple[str, ...], str]:
+    """The kind of growth of the leaking ``metric``, its culprits and a note in plain words.
+
+    The note says what the kind rests on when it is not the metric's own.
+
+    :param by_metric: every verdict of the same process, by metric without prefix.
+    :param sites: the leaking tracemalloc sites, fastest first.
+    :param types: the leaking object types, fastest first.
+    :param windows: what windowed probes saw (:func:`memprobe.leak._windows.window_evidence`):
+        with a windowed tracemalloc probe, whether Python's growth explains the
+        metric's is judged from the bytes that survive its windows, not from
+        traced bytes, which are then no series.
+    :param holders: the tracemalloc sites growing at all (a leak or slightly), fastest
+        first: where retained objects that own native memory are made (a
+        ``torch.Tensor`` is a few dozen traced bytes, its storage is not traced).
+    """
+    own = _OWN_KIND.get(metric)
+    if own == "python":
+        return _python(sites, types)
+    if own == "objects":
+        return own, tuple(types), KINDS[own]
+    v = by_metric[metric]
+    rate = v.slope_per_step
+    if own == "native":
+        return _native(metric, rate, windows, "")
+    if own is not None:
+        return own, (), KINDS[own]
+    if metric == "malloc/free_bytes":
+        if _grows(by_metric.get("malloc/in_use_bytes"), 0.5 * rate):
+            return _native(metric, rate, windows, "malloc's in-use bytes grow")
+        return "fragmentation", (), KINDS["fragmentation"]
+    traced = next((e for e in windows if e.probe == "tracemalloc"), None)
+    py = None if traced is not None else by_metric.get(FILTERED) or by_metric.get(TRACED)
+    if _grows(py, 0.1 * rate):
+        return _python(sites, types)
+    if traced is not None and traced.explains(rate):
+        kind, culprits, _ = _python(
+            (*(format_culprit(s) for s, _ in traced.sites), *sites), types)
+        return kind, culprits, f"{KINDS[kind].split(':')[0]}; {traced.describe(rate)}"
+    if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):
+        return "mmap", (), KINDS["mmap"]
+    in_use = by_metric.get("malloc/in_use_bytes")
+    if in_use is not None:
+        if _grows(in_use, 0.1 * rate):
+            return _native(metric, rate, windows, "malloc's in-use bytes grow")
+        if _grows(by_metric.get("malloc/free_bytes")):
+            return "fragmentation", (), KINDS["fragmentation"]
+    rss = by_metric.get("process/rss_bytes")
+    if metric == "process/vms_bytes" and rss is not None and not _grows(rss):
+        return "mmap", (), ("address space grows but resident memory does not: "
+                            "mappings made and not touched")
+    if _grows(by_metric.get("process/num_fds")):
+        return "fds", (), KINDS["fds"]
+    if types or _grows(by_metric.get("objects/total_count")) or _grows(by_metric.get(BLOCKS)):
+        held = _held(metric, rate, windows, holders, types, traced) \
+            if py is not None or traced is not None else None
+        if held is not None:
+            return held
+        return "objects", tuple(types), KINDS["objects"]
+    if traced is not None:
+        return _native(metric, rate, windows, traced.describe(rate))
+    if py is not None:
+        return _native(metric, rate, windows, "rss grew but tracemalloc's traced bytes did not "
+                       f"({py.slope_per_step:+.4g}/step)")
+    native = next((e for e in windows if e.probe == "memray"), None)
+    if native is not None and native.explains(rate):
+        return _native(metric, rate, windows, "")  # what memray's windows saw kept
+    return None, (), "add the tracemalloc, objects or malloc probe to tell which kind of memory"

@@ -1,0 +1,196 @@
+"""What tracing windows saw: the evidence for a leak's kind when traced bytes are no series.
+
+A windowed ``tracemalloc`` probe (``window_steps=W, period_steps=P``, the RLlib
+adapter's ``diagnose=True``) traces W samples of every P: its ``traced_bytes``
+is what one window traced, not the process's Python memory, so a flat
+``traced_bytes`` says nothing of a Python leak. What the windows do say: at
+each window's end, the bytes allocated inside it that are still alive
+(``survivors_bytes``), by site (``survivors/<site>/size_bytes``). A Python
+leak of L bytes per step leaves about L x W surviving bytes in every window,
+at the user's line; a native leak leaves none. The windowed ``memray`` probe
+does the same for native allocations (``memray/survivors_bytes``,
+``memray/top/<site>/size_bytes``).
+
+:func:`window_evidence` reads these from the series :func:`memprobe.analyze_samples`
+gathers; :func:`memprobe.leak._kinds.classify` judges the kind from it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._format import fmt_value
+from ..keys import (
+    is_library_site,
+    join_prefix,
+    make_key,
+    prefix_path,
+    split_short,
+    split_site,
+    split_site_key,
+)
+
+__all__ = ["WINDOW_KEYS", "WindowEvidence", "capture_evidence", "is_window_site",
+           "window_evidence"]
+
+#: Closed windows read (the latest): a site counts when it survives half of them.
+_WINDOWS = 5
+
+#: The least share of the bytes surviving a window per step a site must hold to be named.
+_MIN_SITE_SHARE = 0.01
+
+#: The probes' windowed metrics (without prefix) the evidence is read from.
+WINDOW_KEYS = (
+    "tracemalloc/window_active", "tracemalloc/survivors_bytes",
+    "memray/window_active", "memray/survivors_bytes",
+)
+#: The per-site sections of the windowed probes.
+SITE_SECTIONS = {"tracemalloc": "survivors", "memray": "top"}
+
+
+
+def is_window_site(short: str) -> bool:
+    """Whether a key without prefix is a windowed probe's per-site size
+    (``tracemalloc/survivors/<site>/size_bytes``, ``memray/top/<site>/size_bytes``)."""
+    probe, metric = split_short(short)
+    section = SITE_SECTIONS.get(probe)
+    parts = split_site(metric, (section,)) if section is not None else None
+    return parts is not None and parts.stat == "size_bytes"
+
+
+Series = Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]
+
+
+@dataclass(frozen=True)
+class WindowEvidence:
+    """What one windowed probe's latest windows saw.
+
+    :ivar probe: ``"tracemalloc"`` (Python allocations) or ``"memray"`` (native).
+    :ivar windows: closed windows read.
+    :ivar steps_per_window: steps each window traced (W).
+    :ivar survivors_per_step: median bytes surviving a window, per step traced.
+    :ivar sites: ``(site, bytes per step)`` of the sites surviving at least half of
+        the windows, the user's own first, largest first.
+    """
+
+    probe: str
+    windows: int
+    steps_per_window: float
+    survivors_per_step: float
+    sites: tuple[tuple[str, float], ...] = ()
+    #: ``"window"`` (the probe's own windows) or ``"capture"`` (the alarm's capture).
+    source: str = "window"
+
+    @property
+    def user_per_step(self) -> float:
+        """Bytes per step surviving at the user's own sites."""
+        return sum(b for s, b in self.sites if not is_library_site(s))
+
+    def explains(self, rate_per_step: float, share: float = 0.25) -> bool:
+        """Whether what survives the windows accounts for a growth of ``rate_per_step``:
+        at the user's sites, at least ``share`` of it (a library's blocks in flight,
+        episodes not yet returned, survive every window of a healthy process too);
+        at any site, all of it."""
+        rate = max(rate_per_step, 1.0)
+        if self.probe != "tracemalloc":
+            return self.survivors_per_step >= share * rate
+        return self.user_per_step >= share * rate or self.survivors_per_step >= rate
+
+    def describe(self, rate_per_step: float) -> str:
+        """What the kind rests on, in a few words."""
+        user = self.user_per_step if self.probe == "tracemalloc" else self.survivors_per_step
+        user_s = ("" if user == self.survivors_per_step else
+                  f" ({fmt_value(user, 'bytes')} at the user's lines)")
+        windows = f"{self.windows} {self.probe} window" + ("" if self.windows == 1 else "s")
+        if self.source == "capture":
+            windows = (f"the alarm's capture ({self.probe}, "
+                       f"{self.steps_per_window:.0f} steps)")
+        return (f"from {windows}: {fmt_value(self.survivors_per_step, 'bytes')}"
+                f"/step survive{user_s} against {fmt_value(rate_per_step, 'bytes')}/step")
+
+
+def _steps_per_window(active: tuple[Sequence[float], Sequence[float], Sequence[float]] | None,
+                      ) -> float:
+    """W, from the ``window_active`` series: steps from a window's first active sample
+    to the sample that closed it (1 when the series is missing)."""
+    if active is None:
+        return 1.0
+    spans: list[float] = []
+    opened: float | None = None
+    for x, y in zip(active[0], active[1]):
+        if y and opened is None:
+            opened = x
+        elif not y and opened is not None:
+            spans.append(x - opened)
+            opened = None
+    return max(1.0, statistics.median(spans)) if spans else 1.0
+
+
+def window_evidence(series: Series, prefix: str, probe: str = "tracemalloc",
+                    ) -> WindowEvidence | None:
+    """The evidence of ``probe``'s windows in ``series`` (``{key: (xs, ys, times)}``),
+    or None when it did not run windowed."""
+    total = series.get(make_key(prefix, probe, "survivors_bytes"))
+    if total is None or not len(total[0]):
+        return None
+    closes = list(total[0])[-_WINDOWS:]
+    w = _steps_per_window(series.get(make_key(prefix, probe, "window_active")))
+    at = {x: i for i, x in enumerate(closes)}
+    sizes: dict[str, list[float]] = {}
+    for key, (xs, ys, _ts) in series.items():
+        found = split_site_key(key, prefix)
+        if found is None or found[0] != probe:
+            continue
+        section, name, stat = found[1]
+        if section != SITE_SECTIONS[probe] or stat != "size_bytes" or name == "other":
+            continue
+        vals = [float(y) for x, y in zip(xs, ys) if x in at]
+        if vals:
+            sizes[name] = vals
+    need = (len(closes) + 1) // 2
+    ranked = [(s, statistics.median(v + [0.0] * (len(closes) - len(v))) / w)
+              for s, v in sizes.items() if len(v) >= need]
+    per_step = statistics.median(list(total[1])[-_WINDOWS:]) / w
+    # A site holding a sliver of what survives is what happened to be alive as the
+    # window closed (the loop's counter at the ``for`` line), not a culprit.
+    floor = max(0.0, _MIN_SITE_SHARE * per_step)
+    ranked = [r for r in ranked if r[1] > floor]
+    ranked.sort(key=lambda r: (is_library_site(r[0]), -r[1]))
+    return WindowEvidence(probe, len(closes), w, per_step, tuple(ranked))
+
+
+def capture_evidence(samples: Sequence[Any], prefix: str) -> WindowEvidence | None:
+    """What the alarm's capture saw (its line's ``capture/tracemalloc/survivors/<site>/
+    size_bytes``: blocks allocated during the capture and alive at its end), as one
+    tracemalloc window over the samples taken during it; None without a capture, or
+    when it traced nothing. The evidence for the kind where the cheap probes alone ran."""
+    head = prefix_path(prefix) + "capture/"
+    duration_key = head + "duration_seconds"
+    cap = next((s for s in reversed(samples) if duration_key in s.values), None)
+    if cap is None:
+        return None
+    end = float(cap.time_seconds)
+    start = end - float(cap.values[duration_key])
+    steps = sum(1 for s in samples
+                if duration_key not in s.values and start <= float(s.time_seconds) <= end)
+    steps = max(1, steps)
+    capture_prefix = join_prefix(prefix, "capture")
+    sizes: dict[str, float] = {}
+    for key, value in cap.values.items():
+        found = split_site_key(key, capture_prefix)
+        if found is None or found[0] != "tracemalloc":
+            continue
+        section, name, stat = found[1]
+        if section == "survivors" and stat == "size_bytes":
+            sizes[name] = float(value)
+    if not sizes:
+        return None
+    per_step = sum(sizes.values()) / steps
+    floor = _MIN_SITE_SHARE * per_step
+    ranked = [(site, b / steps) for site, b in sizes.items()
+              if site != "other" and b / steps > floor]
+    ranked.sort(key=lambda r: (is_library_site(r[0]), -r[1]))
+    return WindowEvidence("tracemalloc", 1, float(steps), per_step, tuple(ranked), "capture")

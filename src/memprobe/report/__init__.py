@@ -1,0 +1,2 @@
+"""Reading JSONL back: records, runs, phases, and the text, JSON, PNG and HTML
+renderers."""
