@@ -205,10 +205,34 @@ def native_helper_leak() -> Callable[[int], None]:
     return step
 
 
+def torch_kept() -> Callable[[int], None]:
+    """A ``torch.ones(4096)`` (16 KiB of float32 storage) kept per iteration: torch's CPU
+    allocator is not Python's, so tracemalloc sees the tensor objects, not their storage."""
+    import torch
+
+    torch.set_num_threads(1)
+
+    def step(i: int) -> None:
+        KEPT.append(torch.ones(4096))  # LEAK:torch_kept
+    return step
+
+
+def torch_from_numpy_kept() -> Callable[[int], None]:
+    """A tensor made by ``torch.from_numpy(np.ones(2048))`` (16 KiB) kept per iteration:
+    the storage is numpy's (traced by tracemalloc), the tensor shares it."""
+    import numpy as np
+    import torch
+
+    def step(i: int) -> None:
+        KEPT.append(torch.from_numpy(np.ones(2048)))  # LEAK:torch_from_numpy_kept
+    return step
+
+
 PROGRAMS: dict[str, Callable[[], Callable[[int], None]]] = {
     f.__name__: f for f in (json_re, numpy_temporaries, torch_training, lru_bounded, slow_leak,
                             numpy_kept, objects_leak, fd_leak, native_leak, json_kept,
-                            pickle_kept, factory_kept, native_helper_leak, numpy_kept_4k)
+                            pickle_kept, factory_kept, native_helper_leak, numpy_kept_4k,
+                            torch_kept, torch_from_numpy_kept)
 }
 
 #: The probes of each mode: ``field`` (tracemalloc with 16 frames and objects every second
@@ -339,6 +363,12 @@ CASES: list[Case] = [
     *(Case(n, e, mode=m) for m in ("default", "windowed")
       for n, e in (("json_re", "healthy"), ("lru_bounded", "bounded"))),
     Case("native_helper_leak", "leak", "native", None, mode="windowed"),
+    # torch's storage is native memory (tracemalloc does not trace torch's allocator);
+    # from numpy it is numpy's, traced as Python.
+    *(Case("torch_kept", "leak", "native", None, mode=m) for m in ("default", "windowed")),
+    Case("torch_kept", "leak", "native", "LINE:torch_kept → ", mode="memray"),
+    *(Case("torch_from_numpy_kept", "leak", "python", "LINE:torch_from_numpy_kept → numpy/",
+           mode=m) for m in ("default", "windowed")),
     # The helper module is the user's own: its line, then the C function memray saw.
     Case("native_helper_leak", "leak", "native", "→ leaky_alloc", mode="memray"),
 ]

@@ -24,6 +24,16 @@ Goals: no alarm, live or in the report, on healthy and bounded cases; every leak
 found by the live alarm within 10 iterations, in the EnvRunner, culprit named, the
 alarm held to the last iteration.
 Each run's row is appended to ``--out`` as it finishes.
+
+The cases of leaks made through library calls (``numpy_leak``, ``torch_leak``,
+``json_leak``, ``regex_leak``, ``factory_leak``, ``native_lib_leak``: issue 24)
+are also judged on the culprit's order and the kind: the user's line first in the
+live keys, in ``memprobe report --json`` on the EnvRunner's JSONL and in
+``check_rllib_leaks`` (its ``env`` component, run once per case and seed in this
+process), and the kind that report gives. ``--modes`` runs each case with the
+callback's defaults (``default``: process and gc, the alarm's capture names the
+culprit), ``diagnose`` (``diagnose=True``) and ``memray`` (diagnose's probes plus
+memray windows with C stacks).
 """
 
 from __future__ import annotations
@@ -38,18 +48,42 @@ import sys
 import tempfile
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 from rllib_field_envs import CASES, fault_line  # noqa: E402
+from rllib_field_library import (  # noqa: E402
+    LIBRARY_CASES,
+    judge_library,
+    print_library_table,
+    report_json,
+)
+
+MODES = ("default", "diagnose", "memray")
 
 
 def expected_culprit(kind: str) -> str | None:
     """Text the named culprit must contain, for a leak of ``kind``."""
     return {"python": fault_line("python"), "native": "native", "fds": "fds",
             "objects": "TrajectoryNote"}.get(kind)
+
+
+def callback(mode: str, logdir: str) -> Any:
+    """The callback class of ``mode`` (see :data:`MODES`), writing JSONL to ``logdir``."""
+    from memprobe_rllib import MemoryProbeCallback
+    from memprobe_rllib._options import DIAGNOSE_BUDGET, DIAGNOSE_PERIOD, DIAGNOSE_PROBES
+
+    if mode == "default":
+        return MemoryProbeCallback.configure(jsonl=logdir)
+    if mode == "diagnose":
+        return MemoryProbeCallback.configure(diagnose=True, jsonl=logdir)
+    probes = {k: dict(v) for k, v in DIAGNOSE_PROBES.items()}
+    probes["memray"] = {"window_steps": 1, "period_steps": DIAGNOSE_PERIOD,
+                        "native_traces": True}
+    return MemoryProbeCallback.configure(probes=probes, budget=DIAGNOSE_BUDGET, jsonl=logdir)
 
 
 def config(env: Any, seed: int, callbacks: Any = None) -> Any:
@@ -120,7 +154,8 @@ def judge_files(row: dict[str, Any], logdir: str) -> None:
 def rejudge_ok(row: dict[str, Any]) -> None:
     """Whether the run meets the goals: ``row["ok"]`` and, if not, ``row["why"]``."""
     expect = row["expect"]
-    want = expected_culprit(expect)
+    # A library case's culprit is judged by judge_library (its order, by mode).
+    want = None if row["case"] in LIBRARY_CASES else expected_culprit(expect)
     er = row["processes"]["env_runner 1"]
     if expect in ("healthy", "bounded"):
         alarms = [p for p, d in row["processes"].items()
@@ -128,7 +163,8 @@ def rejudge_ok(row: dict[str, Any]) -> None:
         row["ok"] = not alarms
         row["why"] = "false alarm in " + ", ".join(alarms) if alarms else ""
     else:
-        named = bool(want) and any(want in c for c in er["culprits"])
+        named = (bool(er["culprits"]) if row["case"] in LIBRARY_CASES
+                 else bool(want) and any(want in c for c in er["culprits"]))
         found = er["alarm_at"] is not None and er["alarm_at"] <= 10
         held = er.get("held", True)  # rows of runs made before "held" was recorded
         others = [p for p in ("driver", "learner 0") if row["processes"][p].get("alarm_at")]
@@ -140,14 +176,90 @@ def rejudge_ok(row: dict[str, Any]) -> None:
             + (f"false alarm in {others}" if others else ""))
 
 
-def judge_run(name: str, seed: int, iterations: int, baseline: float) -> dict[str, Any]:
-    from memprobe_rllib import MemoryProbeCallback
+def check_offline(name: str, seed: int) -> dict[str, Any]:
+    """``check_rllib_leaks`` on the env of ``name`` (its ``env`` component), in this process."""
+    import rllib_field_envs
+
+    from memprobe_rllib import check_rllib_leaks
+
+    t0 = time.perf_counter()
+    try:
+        check = check_rllib_leaks(config(CASES[name][0], seed), components=["env"])["env"]
+    finally:
+        rllib_field_envs.KEPT.clear()
+    return {"leak": check.leak, "kind": check.report.kind, "suspects": list(check.suspects[:5]),
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def judge_local(name: str, seed: int, iterations: int, mode: str) -> dict[str, Any]:
+    """Without a Ray cluster: the EnvRunner's side alone. A local ``SingleAgentEnvRunner``
+    (the same callback, in this process) runs ``sample(num_timesteps=500)`` then
+    ``get_metrics()`` per iteration, with no training in between (its random policy's
+    episodes stay short). The live keys are read from ``get_metrics()``; the JSONL is the
+    runner's own."""
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
 
     env, expect = CASES[name]
-    logdir = tempfile.mkdtemp(prefix=f"field-{name}-{seed}-")
-    cls = MemoryProbeCallback.configure(diagnose=True, jsonl=logdir)
+    logdir = tempfile.mkdtemp(prefix=f"field-local-{name}-{mode}-{seed}-")
+    cfg = config(env, seed, callback(mode, logdir)).env_runners(num_env_runners=0)
+    t0 = time.perf_counter()
+    runner = SingleAgentEnvRunner(config=cfg)
+    alarm_at, held, culprits = None, True, []
+    head = "memprobe/leak/"
+    # sample() and get_metrics() run in a pool's thread: no line of this file is on the
+    # stack of what they allocate (a remote EnvRunner's are called by Ray's worker, a
+    # library; called from here, the blocks of RLlib's episodes in flight at a window's
+    # end would be this file's, the user's).
+    pool = ThreadPoolExecutor(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i in range(1, iterations + 1):
+            pool.submit(runner.sample, num_timesteps=500).result()
+            metrics = pool.submit(runner.get_metrics).result()
+            keys = {str(k)[len(head):]: v.peek() if hasattr(v, "peek") else v
+                    for k, v in metrics.items() if str(k).startswith(head)}
+            if keys.get("suspect") and alarm_at is None:
+                alarm_at = i
+            elif alarm_at is not None and not keys.get("suspect"):
+                held = False
+            culprits = [k[len("culprit/"):-len("/rate_per_hour")] for k in keys
+                        if k.startswith("culprit/")]
+    pool.submit(runner.stop).result()
+    pool.shutdown()
+    row: dict[str, Any] = {
+        "case": name, "mode": mode, "seed": seed, "expect": expect, "local": True,
+        "seconds": round(time.perf_counter() - t0, 1), "logdir": logdir,
+        "processes": {"env_runner 1": {"alarm_at": alarm_at,
+                                       "held": alarm_at is not None and held,
+                                       "culprits": culprits},
+                      "driver": {}, "learner 0": {}}}
+    rejudge_ok(row)
+    if name in LIBRARY_CASES:
+        row["report_json"] = report_json(logdir)
+    return row
+
+
+def run_local(name: str, seed: int, iterations: int, mode: str) -> dict[str, Any]:
+    """:func:`judge_local` in a fresh interpreter (its heap, its rss, its KEPT list)."""
+    import subprocess
+
+    cmd = [sys.executable, os.path.abspath(__file__), "--run-local", name, mode,
+           "--seeds", str(seed), "--iterations", str(iterations)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        return {"case": name, "mode": mode, "seed": seed, "ok": False, "local": True,
+                "why": (out.stderr.strip().splitlines() or ["failed"])[-1]}
+    return dict(json.loads(lines[-1]))
+
+
+def judge_run(name: str, seed: int, iterations: int, baseline: float,
+              mode: str = "diagnose") -> dict[str, Any]:
+    env, expect = CASES[name]
+    logdir = tempfile.mkdtemp(prefix=f"field-{name}-{mode}-{seed}-")
+    cls = callback(mode, logdir)
     results, seconds = train(config(env, seed, cls), iterations)
-    row: dict[str, Any] = {"case": name, "seed": seed, "expect": expect,
+    row: dict[str, Any] = {"case": name, "mode": mode, "seed": seed, "expect": expect,
                            "seconds": round(seconds, 1), "processes": {}}
     for proc, head in PROCESSES.items():
         alarm_at = None
@@ -167,6 +279,8 @@ def judge_run(name: str, seed: int, iterations: int, baseline: float) -> dict[st
     judge_files(row, logdir)
     row["steps_ratio"] = round(steps_per_second(results) / baseline, 3) if baseline else None
     rejudge_ok(row)
+    if name in LIBRARY_CASES:
+        row["report_json"] = report_json(logdir)
     return row
 
 
@@ -175,6 +289,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--case", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--modes", nargs="+", default=["diagnose"], choices=MODES,
+                        help="callback modes to run each case in (default: diagnose)")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip the run without the callback (no steps/s ratio)")
+    parser.add_argument("--no-check", action="store_true",
+                        help="skip check_rllib_leaks on the library cases")
+    parser.add_argument("--check-only", action="store_true",
+                        help="run only check_rllib_leaks on the library cases (no Ray "
+                             "cluster); its rows go to --out")
+    parser.add_argument("--checks-from", metavar="ROWS.jsonl",
+                        help="take check_rllib_leaks' results from a --check-only run")
+    parser.add_argument("--local", action="store_true",
+                        help="no Ray cluster: the EnvRunner's side alone, a local runner "
+                             "per case in a fresh interpreter (see judge_local)")
+    parser.add_argument("--run-local", nargs=2, metavar=("CASE", "MODE"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--out", default="field_accuracy_rllib.jsonl")
     parser.add_argument("--rejudge", metavar="ROWS.jsonl",
                         help="judge the JSONL files of runs already made again, print the table")
@@ -184,10 +314,48 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows:
             logdir = row.get("logdir") or next(iter(sorted(glob.glob(os.path.join(
                 tempfile.gettempdir(), f"field-{row['case']}-{row['seed']}-*")))), None)
-            if logdir:
+            if logdir and "processes" in row:
                 judge_files(row, logdir)
                 rejudge_ok(row)
+                if row["case"] in LIBRARY_CASES:
+                    row["report_json"] = report_json(logdir)
+                    judge_library(row)
         print_table(rows)
+        print_library_table(rows)
+        return 0
+    if args.run_local:
+        name, mode = args.run_local
+        print(json.dumps(judge_local(name, args.seeds[0], args.iterations, mode)))
+        return 0
+    if args.check_only:
+        for seed in args.seeds:
+            for name in (n for n in args.case if n in LIBRARY_CASES):
+                row = {"case": name, "seed": seed, "check": check_offline(name, seed)}
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+                print(json.dumps(row), flush=True)
+        return 0
+    checks: dict[tuple[str, int], dict[str, Any]] = {}
+    if args.checks_from:
+        for line in open(args.checks_from):
+            r = json.loads(line)
+            checks[(r["case"], r["seed"])] = r["check"]
+    if args.local:
+        rows = []
+        for seed in args.seeds:
+            for name in args.case:
+                for mode in args.modes:
+                    row = run_local(name, seed, args.iterations, mode)
+                    if name in LIBRARY_CASES and "processes" in row:
+                        if (name, seed) in checks:
+                            row["check"] = checks[(name, seed)]
+                        judge_library(row)
+                    rows.append(row)
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    print(json.dumps(row), flush=True)
+        print_table(rows)
+        print_library_table(rows)
         return 0
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     logging.getLogger("ray").setLevel(logging.ERROR)
@@ -197,23 +365,39 @@ def main(argv: list[str] | None = None) -> int:
     path = os.pathsep.join(p for p in (HERE, src, os.environ.get("PYTHONPATH")) if p)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": path}})
-    rows = []
+    rows: list[dict[str, Any]] = []
     try:
         for seed in args.seeds:
-            base, _ = train(config(CASES["healthy"][0], seed), args.iterations)
-            baseline = steps_per_second(base)
+            baseline = 0.0
+            if not args.no_baseline:
+                base, _ = train(config(CASES["healthy"][0], seed), args.iterations)
+                baseline = steps_per_second(base)
             for name in args.case:
-                try:
-                    row = judge_run(name, seed, args.iterations, baseline)
-                except Exception as exc:  # one failed run must not lose the others
-                    row = {"case": name, "seed": seed, "ok": False, "why": repr(exc)}
-                rows.append(row)
-                with open(args.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
-                print(json.dumps(row), flush=True)
+                offline = checks.get((name, seed))
+                if name in LIBRARY_CASES and offline is None and not args.no_check:
+                    try:
+                        offline = check_offline(name, seed)
+                    except Exception as exc:
+                        offline = {"leak": False, "kind": None, "suspects": [],
+                                   "error": repr(exc)}
+                for mode in args.modes:
+                    try:
+                        row = judge_run(name, seed, args.iterations, baseline, mode)
+                        if offline is not None:
+                            row["check"] = offline
+                        if name in LIBRARY_CASES:
+                            judge_library(row)
+                    except Exception as exc:  # one failed run must not lose the others
+                        row = {"case": name, "mode": mode, "seed": seed, "ok": False,
+                               "why": repr(exc)}
+                    rows.append(row)
+                    with open(args.out, "a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    print(json.dumps(row), flush=True)
     finally:
         ray.shutdown()
     print_table(rows)
+    print_library_table(rows)
     return 0
 
 

@@ -10,7 +10,9 @@ this directory on their ``PYTHONPATH``). The line of each fault carries
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -21,6 +23,8 @@ _LIBC = ctypes.CDLL(None)
 _LIBC.malloc.restype = ctypes.c_void_p
 _LIBC.malloc.argtypes = [ctypes.c_size_t]
 _LIBC.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+#: A json document the json leak decodes at every step (about 3 KiB once decoded).
+_DOC = json.dumps([f"observation note {j}" for j in range(40)])
 
 
 class TrajectoryNote:
@@ -103,6 +107,82 @@ class Churn(_Base):
         return out
 
 
+# -- leaks made through library calls, kept by the user's line (issue 24) ----------------
+
+
+class NumpyLeak(_Base):
+    """Keeps an ``np.ones(256)`` (2 KiB) per step: numpy allocates, this line keeps."""
+
+    def step(self, action: Any) -> Any:
+        import numpy as np
+
+        out = self.env.step(action)
+        KEPT.append(np.ones(256))  # FAULT:numpy
+        return out
+
+
+class TorchLeak(_Base):
+    """Keeps a ``torch.ones(512)`` (2 KiB of float32 storage) per step. torch's CPU
+    allocator is not Python's: tracemalloc sees only the small tensor objects."""
+
+    def __init__(self, config: Any = None) -> None:
+        super().__init__(config)
+        import torch
+
+        torch.set_num_threads(1)
+
+    def step(self, action: Any) -> Any:
+        import torch
+
+        out = self.env.step(action)
+        KEPT.append(torch.ones(512))  # FAULT:torch
+        return out
+
+
+class JsonLeak(_Base):
+    """Keeps a document decoded by ``json.loads`` (about 3 KiB of strings) per step."""
+
+    def step(self, action: Any) -> Any:
+        out = self.env.step(action)
+        KEPT.append(json.loads(_DOC))  # FAULT:json
+        return out
+
+
+class RegexLeak(_Base):
+    """Keeps four patterns compiled by ``re.compile`` (about 2 KiB) per step."""
+
+    def step(self, action: Any) -> Any:
+        out = self.env.step(action)
+        self.steps += 1
+        KEPT.append([re.compile(rf"s{self.steps}_{j}_(\d+)") for j in range(4)])  # FAULT:regex
+        return out
+
+
+class FactoryLeak(_Base):
+    """Keeps a dataclass record built by a helper module's factory (about 2.4 KiB) per step."""
+
+    def step(self, action: Any) -> Any:
+        from rllib_field_helpers import make_record
+
+        out = self.env.step(action)
+        self.steps += 1
+        KEPT.append(make_record(self.steps, out[0]))  # FAULT:factory
+        return out
+
+
+class NativeLibLeak(_Base):
+    """Keeps 2 KiB from a C library's ``malloc`` per step, through a helper module
+    (``native_helper.py``: a tiny C library it compiles and calls through ctypes),
+    never freed."""
+
+    def step(self, action: Any) -> Any:
+        import native_helper
+
+        out = self.env.step(action)
+        KEPT.append(native_helper.make_buffer(2048))  # FAULT:native_lib
+        return out
+
+
 #: name -> (env class, expected: "healthy" | "bounded" | kind of leak)
 CASES: dict[str, tuple[type, str]] = {
     "healthy": (Healthy, "healthy"),
@@ -112,6 +192,14 @@ CASES: dict[str, tuple[type, str]] = {
     "native_leak": (NativeLeak, "native"),
     "fd_leak": (FdLeak, "fds"),
     "objects_leak": (ObjectsLeak, "objects"),
+    # The user's code keeps what a library made. torch's storage is native memory
+    # (tracemalloc does not trace its allocator); native_lib is malloc in C.
+    "numpy_leak": (NumpyLeak, "python"),
+    "torch_leak": (TorchLeak, "native"),
+    "json_leak": (JsonLeak, "python"),
+    "regex_leak": (RegexLeak, "python"),
+    "factory_leak": (FactoryLeak, "python"),
+    "native_lib_leak": (NativeLibLeak, "native"),
 }
 
 

@@ -16,6 +16,14 @@ vary by ±15% here.
 To add a variant, add an entry to ``variants()``: a name and a function that
 applies the callbacks to a config (e.g. a tracemalloc-always-on or windowed
 ``MemoryProbeCallback.configure(...)``).
+
+``--train`` measures the whole ``Algorithm.train()`` iteration instead (PPO,
+1 remote EnvRunner, the Learner local to the algorithm, ``train_batch_size``
+1000): each variant's Algorithm is built inside a Ray actor of its own (the
+driver's and Learner's probes in that process, not shared), with JSONL written
+to a temporary directory (``train_variants()``); iterations are interleaved
+(A B, B A, ...), each timed inside its actor, and the figure is the median over
+pairs of ``seconds(none) / seconds(variant)`` (iterations per second, as a ratio).
 """
 
 from __future__ import annotations
@@ -110,6 +118,84 @@ def variants() -> dict[str, Configure]:
     }
 
 
+def train_variants() -> dict[str, Configure]:
+    """Whole-iteration variants: the callback with JSONL files, or none."""
+    import tempfile
+
+    from memprobe_rllib import MemoryProbeCallback
+
+    def jsonl(**options: Any) -> Configure:
+        def apply(c: Any) -> Any:
+            logdir = tempfile.mkdtemp(prefix="memprobe-overhead-")
+            return c.callbacks(MemoryProbeCallback.configure(jsonl=logdir, **options))
+        return apply
+
+    return {
+        "none": lambda c: c,
+        "none_again": lambda c: c,
+        "default_jsonl": jsonl(),
+        "diagnose_jsonl": jsonl(diagnose=True),
+    }
+
+
+def make_trainer(configure: Configure) -> Any:
+    """An actor holding a PPO Algorithm for ``configure(config)``, timing ``train()``."""
+    import ray
+
+    class Trainer:
+        def __init__(self) -> None:
+            import warnings
+
+            warnings.simplefilter("ignore")
+            config = (configure(base_config())
+                      .learners(num_learners=0)
+                      .training(train_batch_size=1000, minibatch_size=128, num_epochs=1))
+            self.algo = config.build_algo()
+
+        def train_seconds(self) -> float:
+            t0 = time.perf_counter()
+            self.algo.train()
+            return time.perf_counter() - t0
+
+        def stop(self) -> None:
+            self.algo.stop()
+
+    return ray.remote(num_cpus=0)(Trainer).remote()
+
+
+def measure_train(names: list[str], pairs: int, warmup: int = 3) -> dict[str, float]:
+    """Median ratio seconds(none) / seconds(variant) of one ``train()`` iteration."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    table = train_variants()
+    ratios: dict[str, list[float]] = {}
+    try:
+        for n in names:  # one variant at a time beside the baseline: 2 EnvRunners, 2 CPUs
+            trainers = {"none": make_trainer(table["none"]), n: make_trainer(table[n])}
+            try:
+                for t in trainers.values():
+                    for _ in range(warmup):
+                        ray.get(t.train_seconds.remote())
+                ratios[n] = []
+                for i in range(pairs):
+                    order = ["none", n] if i % 2 == 0 else [n, "none"]
+                    got = {k: ray.get(trainers[k].train_seconds.remote()) for k in order}
+                    ratios[n].append(got["none"] / got[n])
+            finally:
+                for t in trainers.values():
+                    try:
+                        ray.get(t.stop.remote(), timeout=60)
+                    finally:
+                        ray.kill(t)
+    finally:
+        if started:
+            ray.shutdown()
+    return {n: statistics.median(v) for n, v in ratios.items()}
+
+
 def measure(names: list[str], pairs: int, steps: int, warmup: int = 3) -> dict[str, float]:
     """Median ratio (steps/s vs ``none``) for each variant in ``names``."""
     import ray
@@ -146,10 +232,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=60)
     parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--variants", nargs="*", default=["none_again", "default"])
+    parser.add_argument("--variants", nargs="*", default=None,
+                        help="default: none_again default (with --train: none_again "
+                             "diagnose_jsonl)")
+    parser.add_argument("--train", action="store_true",
+                        help="time whole train() iterations (see the module's doc)")
     args = parser.parse_args()
     t0 = time.perf_counter()
-    result = measure(args.variants, args.pairs, args.steps)
+    if args.train:
+        names = args.variants or ["none_again", "diagnose_jsonl"]
+        unknown = sorted(set(names) - set(train_variants()))
+        if unknown:
+            parser.error(f"--variants with --train: unknown {unknown}; "
+                         f"choose from {sorted(train_variants())}")
+        result = measure_train(names, args.pairs)
+        print(f"PPO CartPole-v1 train() iterations (train_batch_size=1000), {args.pairs} "
+              f"interleaved pairs per variant ({time.perf_counter() - t0:.0f} s)")
+        print(f"{'variant':<16}{'median iterations/s ratio vs none':>36}")
+        for n, ratio in result.items():
+            print(f"{n:<16}{ratio:>36.3f}")
+        return
+    result = measure(args.variants or ["none_again", "default"], args.pairs, args.steps)
     print_table(result, args.pairs, args.steps, time.perf_counter() - t0)
 
 

@@ -245,7 +245,7 @@ def judge_tolerance(report: Report, metrics: Sequence[str], max_growth: float) -
         if v is None or v.unit != "bytes" or v.status not in growing:
             continue
         if v.growth > max_growth:
-            kind, culprits, note = classify(v.metric, by_metric, sites, types)
+            kind, culprits, note = classify(v.metric, by_metric, sites, types, holders=sites)
             verdicts[v.key] = dataclasses.replace(
                 v, status="leak", kind=kind, culprits=culprits, note=note)
         else:

@@ -171,6 +171,9 @@ class LeakState:
         self._streak: dict[str, int] = {}
         self.latest: dict[str, Any] = {}  # key -> its latest Verdict
         self.culprits: dict[str, float] = {}  # name -> rate per hour
+        # "native" said of a bytes metric no Python evidence judged (the cheap probes
+        # alone): the alarm's capture, when it names Python sites, replaces it.
+        self._guessed: set[str] = set()
         # key -> (its level, the time and its rate per second when it alarmed)
         self._pace: dict[str, tuple[float, float, float]] = {}
         self.warned = False
@@ -184,6 +187,8 @@ class LeakState:
         self._raise(verdict)
         history = self.prober.history if self.prober is not None else ()
         names = culprits_of(verdict, history, self.prefix)
+        if names == ("native",) and getattr(verdict, "kind", None) is None:
+            self._guessed.add("native")
         rate = float(verdict.rate_per_hour or 0.0)
         for name in names:
             if name in self.culprits or len(self.culprits) < MAX_CULPRITS:
@@ -276,7 +281,14 @@ class LeakState:
                 # Culprits the alarm's capture named (first in the verdict that opened it):
                 # lines and types, which say nothing of an fd or a native leak.
                 rate = float(v.rate_per_hour or 0.0)
-                names = [n for n in v.culprits if not (_is_site(n) and mkeys.is_library_site(n))]
+                names = [mkeys.format_culprit(n) if _is_site(n) else n for n in v.culprits
+                         if not (_is_site(n) and mkeys.is_library_site(n))]
+                rest: dict[str, float] = {}
+                if names and self._guessed:
+                    # What the capture saw replaces the guess, and comes first.
+                    rest = {n: r for n, r in self.culprits.items() if n not in self._guessed}
+                    self.culprits.clear()
+                    self._guessed.clear()
                 if self.culprits:  # a builtin or library type says little beside a named one
                     names = [n for n in names if _is_site(n) or not is_library_type(n)]
                 if v.kind == "objects":  # the retained type first, then the lines
@@ -285,6 +297,9 @@ class LeakState:
                     if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
                         self.culprits[name] = rate
                         captured.append(name)
+                for name, r in rest.items():
+                    if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
+                        self.culprits[name] = r
         if captured:
             who = self.role if self.index is None else f"{self.role} {self.index}"
             warn(f"memprobe_rllib: {who}: leak culprits found since the alarm: "

@@ -124,12 +124,35 @@ def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
     return "native", (), f"{note}; {hint}" if hint else note
 
 
+def _held(metric: str, rate: float, windows: Sequence[WindowEvidence], holders: Sequence[str],
+          types: Sequence[str], traced: WindowEvidence | None,
+          ) -> tuple[str, tuple[str, ...], str] | None:
+    """Native memory that retained objects own: live objects grow, Python's traced bytes
+    do not account for the metric's growth, and a line of the user's makes objects that
+    grow or survive (a kept ``torch.Tensor``'s storage, a C extension's buffers). Named
+    by memray's sites when its windows ran, else by the user's lines and the types.
+    None without a user's line: a library's blocks in flight (episodes not yet
+    returned) survive every window of a healthy process too, and hold nothing."""
+    if traced is not None:
+        holders = (*holders, *(format_culprit(s) for s, _ in traced.sites))
+    sites = tuple(s for s in dict.fromkeys(holders) if not is_library_site(s))
+    if not sites:
+        return None
+    why = ("retained objects hold it: live objects grow, Python's traced bytes do not "
+           "account for the growth")
+    if traced is not None:
+        why += f" ({traced.describe(rate)})"
+    kind, culprits, note = _native(metric, rate, windows, why)
+    return kind, culprits or (*sites[:5], *types), note
+
+
 def classify(
     metric: str,
     by_metric: Mapping[str, _Judged],
     sites: Sequence[str],
     types: Sequence[str],
     windows: Sequence[WindowEvidence] = (),
+    holders: Sequence[str] = (),
 ) -> tuple[str | None, tuple[str, ...], str]:
     """The kind of growth of the leaking ``metric``, its culprits and a note in plain words.
 
@@ -142,6 +165,9 @@ def classify(
         with a windowed tracemalloc probe, whether Python's growth explains the
         metric's is judged from the bytes that survive its windows, not from
         traced bytes, which are then no series.
+    :param holders: the tracemalloc sites growing at all (a leak or slightly), fastest
+        first: where retained objects that own native memory are made (a
+        ``torch.Tensor`` is a few dozen traced bytes, its storage is not traced).
     """
     own = _OWN_KIND.get(metric)
     if own == "python":
@@ -181,6 +207,10 @@ def classify(
     if _grows(by_metric.get("process/num_fds")):
         return "fds", (), KINDS["fds"]
     if types or _grows(by_metric.get("objects/total_count")) or _grows(by_metric.get(BLOCKS)):
+        held = _held(metric, rate, windows, holders, types, traced) \
+            if py is not None or traced is not None else None
+        if held is not None:
+            return held
         return "objects", tuple(types), KINDS["objects"]
     if traced is not None:
         return _native(metric, rate, windows, traced.describe(rate))

@@ -283,14 +283,21 @@ def analyze_samples(
                         ("min_rate_fraction_per_hour", min_rate_fraction_per_hour)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
             raise ConfigError(name, f"must be a number >= 0, got {show(value)}")
-    if prefix is None:
+    if not isinstance(samples, Sequence):
         samples = list(samples)
+    if prefix is None:
         prefix = _prefix_of(samples)
     series, own, checks_kept = sample_series(samples, prefix, judged_keys(prefix, metrics, sites))
     # Windowed probes: what their windows saw, the evidence for the kind (traced bytes
     # are then no continuous series, and are not judged).
     windows = tuple(e for p in ("tracemalloc", "memray")
                     if (e := _windows.window_evidence(series, prefix, p)) is not None)
+    traced_keys = {key_of(prefix, m) for m in (_kinds.FILTERED, _kinds.TRACED)}
+    if not any(e.probe == "tracemalloc" for e in windows) and not traced_keys & set(series):
+        # The cheap probes alone: what the alarm's capture traced is the evidence.
+        captured = _windows.capture_evidence(samples, prefix)
+        if captured is not None:
+            windows = (*windows, captured)
     if any(e.probe == "tracemalloc" for e in windows):
         series.pop(key_of(prefix, _kinds.TRACED), None)
     shorts = {k: short_key(k, prefix) for k in series}
@@ -351,6 +358,7 @@ def analyze_samples(
     sites_r, types_r = rank(site_v), rank(type_v)
     site_names = tuple(v.site or "" for v in sites_r if v.leaking)
     type_names = tuple(v.site or "" for v in types_r if v.leaking)
+    holders = tuple(v.site or "" for v in sites_r if v.status in ("leak", "slight"))
     forecast, rss_v = (series.get(key_of(prefix, FORECAST)),
                        verdicts.get(make_key(prefix, "process", "rss_bytes")))
     if forecast and forecast[1][-1] >= 0 and rss_v and rss_v.status in ("leak", "slight"):
@@ -359,6 +367,6 @@ def analyze_samples(
     for k, v in list(verdicts.items()):
         if v.leaking:
             kind, culprits, note = _kinds.classify(v.metric, by_metric, site_names, type_names,
-                                                   windows)
+                                                   windows, holders)
             verdicts[k] = dataclasses.replace(v, kind=kind, culprits=culprits, note=note)
     return Report(verdicts, sites_r, types_r, prefix)

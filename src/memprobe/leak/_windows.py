@@ -20,11 +20,21 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .._format import fmt_value
-from ..keys import is_library_site, make_key, split_short, split_site, split_site_key
+from ..keys import (
+    is_library_site,
+    join_prefix,
+    make_key,
+    prefix_path,
+    split_short,
+    split_site,
+    split_site_key,
+)
 
-__all__ = ["WINDOW_KEYS", "WindowEvidence", "is_window_site", "window_evidence"]
+__all__ = ["WINDOW_KEYS", "WindowEvidence", "capture_evidence", "is_window_site",
+           "window_evidence"]
 
 #: Closed windows read (the latest): a site counts when it survives half of them.
 _WINDOWS = 5
@@ -71,6 +81,8 @@ class WindowEvidence:
     steps_per_window: float
     survivors_per_step: float
     sites: tuple[tuple[str, float], ...] = ()
+    #: ``"window"`` (the probe's own windows) or ``"capture"`` (the alarm's capture).
+    source: str = "window"
 
     @property
     def user_per_step(self) -> float:
@@ -93,6 +105,9 @@ class WindowEvidence:
         user_s = ("" if user == self.survivors_per_step else
                   f" ({fmt_value(user, 'bytes')} at the user's lines)")
         windows = f"{self.windows} {self.probe} window" + ("" if self.windows == 1 else "s")
+        if self.source == "capture":
+            windows = (f"the alarm's capture ({self.probe}, "
+                       f"{self.steps_per_window:.0f} steps)")
         return (f"from {windows}: {fmt_value(self.survivors_per_step, 'bytes')}"
                 f"/step survive{user_s} against {fmt_value(rate_per_step, 'bytes')}/step")
 
@@ -145,3 +160,37 @@ def window_evidence(series: Series, prefix: str, probe: str = "tracemalloc",
     ranked = [r for r in ranked if r[1] > floor]
     ranked.sort(key=lambda r: (is_library_site(r[0]), -r[1]))
     return WindowEvidence(probe, len(closes), w, per_step, tuple(ranked))
+
+
+def capture_evidence(samples: Sequence[Any], prefix: str) -> WindowEvidence | None:
+    """What the alarm's capture saw (its line's ``capture/tracemalloc/survivors/<site>/
+    size_bytes``: blocks allocated during the capture and alive at its end), as one
+    tracemalloc window over the samples taken during it; None without a capture, or
+    when it traced nothing. The evidence for the kind where the cheap probes alone ran."""
+    head = prefix_path(prefix) + "capture/"
+    duration_key = head + "duration_seconds"
+    cap = next((s for s in reversed(samples) if duration_key in s.values), None)
+    if cap is None:
+        return None
+    end = float(cap.time_seconds)
+    start = end - float(cap.values[duration_key])
+    steps = sum(1 for s in samples
+                if duration_key not in s.values and start <= float(s.time_seconds) <= end)
+    steps = max(1, steps)
+    capture_prefix = join_prefix(prefix, "capture")
+    sizes: dict[str, float] = {}
+    for key, value in cap.values.items():
+        found = split_site_key(key, capture_prefix)
+        if found is None or found[0] != "tracemalloc":
+            continue
+        section, name, stat = found[1]
+        if section == "survivors" and stat == "size_bytes":
+            sizes[name] = float(value)
+    if not sizes:
+        return None
+    per_step = sum(sizes.values()) / steps
+    floor = _MIN_SITE_SHARE * per_step
+    ranked = [(site, b / steps) for site, b in sizes.items()
+              if site != "other" and b / steps > floor]
+    ranked.sort(key=lambda r: (is_library_site(r[0]), -r[1]))
+    return WindowEvidence("tracemalloc", 1, float(steps), per_step, tuple(ranked), "capture")
