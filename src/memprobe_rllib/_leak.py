@@ -22,7 +22,8 @@ with the latest verdict:
 - ``<prefix>/leak/culprit/<where>/rate_per_hour`` for at most
   :data:`MAX_CULPRITS` culprits named in this process (a ``file.py:line``, a
   type, ``native`` or ``fds``); it appears with the alarm that names it, and
-  is logged at every flush after that.
+  is logged at every flush after that (at 0 once the alarm's capture replaced a
+  ``native`` guessed without evidence).
 """
 
 from __future__ import annotations
@@ -174,6 +175,9 @@ class LeakState:
         # "native" said of a bytes metric no Python evidence judged (the cheap probes
         # alone): the alarm's capture, when it names Python sites, replaces it.
         self._guessed: set[str] = set()
+        # Guesses the capture replaced: their keys stay in the results at 0 (RLlib keeps
+        # a key's last value once logged), so that a dashboard does not blame them still.
+        self._dropped: set[str] = set()
         # key -> (its level, the time and its rate per second when it alarmed)
         self._pace: dict[str, tuple[float, float, float]] = {}
         self.warned = False
@@ -287,6 +291,7 @@ class LeakState:
                 if names and self._guessed:
                     # What the capture saw replaces the guess, and comes first.
                     rest = {n: r for n, r in self.culprits.items() if n not in self._guessed}
+                    self._dropped.update(n for n in self.culprits if n in self._guessed)
                     self.culprits.clear()
                     self._guessed.clear()
                 if self.culprits:  # a builtin or library type says little beside a named one
@@ -333,6 +338,8 @@ class LeakState:
         out[leak("hours_to_oom")] = -1.0 if hours is None else float(hours)
         if self.role == "env_runner" and self.index is not None:
             out[leak(f"env_runner_{self.index}")] = suspect
+        for name in self._dropped:
+            out[mkeys.culprit_key(self.prefix, name)] = 0.0
         for name, rate in self.culprits.items():
             out[mkeys.culprit_key(self.prefix, name)] = rate
         return out

@@ -260,3 +260,33 @@ def test_an_alarm_holds_while_a_jump_keeps_the_level_ahead_of_the_leaks_pace():
         assert [check("levelled", 1000 + 2**30) for _ in range(8)] == [1.0] * 8
         # Back under where the leak's pace would be: four healthy checks lower it.
         assert [check("ok", 1000) for _ in range(4)] == [1.0, 1.0, 1.0, 0.0]
+
+
+def test_a_guessed_native_culprit_replaced_by_the_capture_is_logged_as_zero():
+    """The cheap probes alone guess "native" at the alarm; the capture's Python line
+    replaces it. RLlib keeps a key's last value once logged, so the guess's key stays
+    in the results at 0, not at the rate that blamed it."""
+    from memprobe import Prober, Report, Verdict
+
+    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
+    prober = Prober(probes=["process"], on_leak=leak.on_leak, leak_confirmations=1,
+                    capture_on_leak=False)
+    leak.prober = prober
+    prober.alarm.evidence_samples = 1
+    key = "memprobe/process/rss_bytes"
+    native = "memprobe/leak/culprit/native/rate_per_hour"
+    line = "memprobe/leak/culprit/app.py:12/rate_per_hour"
+
+    def check(**fields):
+        v = Verdict(key, "leak", 4096.0, 2048.0, 8192.0, 2.0**30, 40, 0, unit="bytes",
+                    **fields)
+        new_evidence(prober.alarm)
+        prober.alarm.check(Report({key: v}, prefix="memprobe"))
+        return leak.values([key])
+
+    with pytest.warns(Warning, match="env_runner 1 leaks"):
+        guessed = check()
+    assert guessed[native] == 2.0**30 and line not in guessed
+    named = check(kind="python", culprits=("app.py:12",))
+    assert named[line] == 2.0**30
+    assert named[native] == 0.0
