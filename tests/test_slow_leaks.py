@@ -168,7 +168,7 @@ def test_a_prober_without_an_alarm_keeps_bounded_tiers_and_counts_them_as_its_ow
         for i in range(len(series)):
             values = prober.sample(step=i)
             retained.append(values.get("memprobe/overhead/check_retained_bytes"))
-        feed = prober._tier_feed
+        feed = prober._judging
         v = prober.report().get("process/rss_bytes")
         tiers = feed.tiers
     key = "memprobe/process/rss_bytes"

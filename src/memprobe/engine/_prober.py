@@ -278,10 +278,8 @@ class Prober:
         return wrapper  # type: ignore[return-value]
 
     def __getstate__(self) -> dict[str, Any]:
-        raise TypeError(
-            "a memprobe.Prober is not picklable; build one in the process that samples "
-            "(memprobe_rllib.MemoryProbeCallback does this for each EnvRunner)"
-        )
+        raise TypeError("a memprobe.Prober is not picklable; build one in the process that "
+                        "samples (memprobe_rllib.MemoryProbeCallback does this for each EnvRunner)")
 
     # -- sampling -------------------------------------------------------------
     def sample(self, step: int | None = None, *, force: bool = False) -> dict[str, Number]:
@@ -430,8 +428,9 @@ class Prober:
 
         :param step: the step of the entry and exit samples; default: the latest.
         """
+        start = self.start_phase(label, step=step)
         try:
-            yield self.start_phase(label, step=step)
+            yield start
         finally:
             self.end_phase(label, step=step)
 

@@ -7,7 +7,7 @@ from array import array
 from collections.abc import Callable, Iterable, Sequence
 
 from .._sample import Sample
-from ..keys import key_of, make_key, short_key, split_site_key
+from ..keys import key_of, make_key, short_key, split_short, split_site_key
 from . import _kinds, _windows
 
 #: The forecast a live leak check records in the next sample (:meth:`LeakAlarm.check_values`).
@@ -17,7 +17,8 @@ FORECAST = "leak/hours_to_oom"
 def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
                 sites: bool = True, own: bool = True) -> Callable[[str], bool]:
     """Which keys :func:`analyze_samples` reads: the metrics it judges, the site and
-    type keys (with ``sites``), and what it subtracts as memprobe's own memory.
+    type keys (with ``sites``), what it subtracts as memprobe's own memory, and the
+    alarm's capture line (the evidence for the kind where the cheap probes alone ran).
 
     A Prober judging its history reads only these (:meth:`History.select`): the
     rest (growth, gc details, peaks) would make each check's temporary memory
@@ -36,6 +37,7 @@ def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
         if found is None:
             short = short_key(key, prefix)
             found = seen[key] = (short in wanted or _windows.is_window_site(short)
+                                 or split_short(short)[0] == "capture"
                                  or (sites and site_probe(key, prefix) is not None))
         return found
     return keep

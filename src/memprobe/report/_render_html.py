@@ -82,7 +82,7 @@ def _window_stacks(summary: RunSummary) -> tuple[str, list[tuple[str, float]]] |
         short = keys.short_key(key, prefix)
         return short in _windows.WINDOW_KEYS or _windows.is_window_site(short)
 
-    series, _, _ = sample_series(summary.run.samples, prefix, keep)
+    series, _, _ = sample_series(summary.run.digest.window_samples(), prefix, keep)
     seen = [e for p in ("tracemalloc", "memray")
             if (e := _windows.window_evidence(series, prefix, p)) is not None]
     if not seen:
