@@ -147,25 +147,13 @@ class TieredSeries:
         """Add one point (x: the step or sample index; t: unix seconds)."""
         self.count += 1
         self.raw.push(x, t, y)
-        level = 0
-        while True:
-            p = self._pending[level]
-            i = p.n
-            p.xs[i], p.ts[i], p.ys[i] = x, t, y
-            p.n = i + 1
-            if p.n < len(p.xs):
-                return
+        p = self._pending[0]
+        i = p.n
+        p.xs[i], p.ts[i], p.ys[i] = x, t, y
+        p.n = i + 1
+        if p.n == FIRST:
             p.n = 0
-            x, t, y = _median(p.xs), _median(p.ts), _median(p.ys)
-            tier = self.tiers[level]
-            top = level == TIERS - 1
-            if top and tier.n == tier.size:
-                tier.halve()
-            tier.push(x, t, y)
-            self.pushes[level] += 1
-            if top:
-                return
-            level += 1
+            self._bin(0, _median(p.xs), _median(p.ts), _median(p.ys))
 
     def extend(self, xs: Sequence[float], ts: Sequence[float], ys: Sequence[float]) -> None:
         """Add points in order: the same as :meth:`append` of each, in slices (the raw
