@@ -3,29 +3,15 @@ tables and its image. Skipped when chromium is not installed."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from browser import chromium, needs_chromium, rows_with_run
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None,
-                                reason="needs chromium (apt-get install chromium)")
+pytestmark = needs_chromium
 
-
-def _horizontal_runs(mask, min_len: int) -> int:
-    """Rows of ``mask`` holding a run of at least ``min_len`` True pixels."""
-    import numpy as np
-
-    count = 0
-    for row in mask:
-        padded = np.concatenate(([0], row.astype(np.int8), [0]))
-        edges = np.flatnonzero(np.diff(padded))
-        if len(edges) and (edges[1::2] - edges[::2]).max() >= min_len:
-            count += 1
-    return count
 
 
 def test_the_page_renders_its_tables_and_image(tmp_path: Path) -> None:
@@ -42,11 +28,8 @@ def test_the_page_renders_its_tables_and_image(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     shot = tmp_path / "shot.png"
-    res = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2600",
-         f"--screenshot={shot}", (tmp_path / "r.html").as_uri()],
-        capture_output=True, text=True, timeout=120)
+    res = chromium(tmp_path, tmp_path / "r.html", "--window-size=1280,2600",
+                   f"--screenshot={shot}")
     assert shot.exists(), res.stderr
     pixels = image.imread(str(shot))[..., :3]
     assert pixels.shape[0] >= 2000 and pixels.shape[1] >= 1200
@@ -59,7 +42,7 @@ def test_the_page_renders_its_tables_and_image(tmp_path: Path) -> None:
     # The tables: horizontal cell borders in #ccc, each over 300 px wide.
     border = (abs(rgb[..., 0] - 204) < 8) & (abs(rgb[..., 1] - 204) < 8) & (
         abs(rgb[..., 2] - 204) < 8)
-    assert _horizontal_runs(border, 300) >= 8
+    assert rows_with_run(border, 300) >= 8
     # Text below the image: dark pixels over many rows (headings, cells, suspects).
     dark_rows = ((rgb.sum(axis=2) < 200).sum(axis=1) > 5).sum()
     assert dark_rows > 150
@@ -84,17 +67,14 @@ def test_the_page_draws_the_leaking_stacks_as_a_flame_graph(tmp_path: Path) -> N
     assert "<div class='flame'" in page and "leaky.py:5" in page
     assert "http" not in page.split("<body>", 1)[1]  # nothing fetched at view time
     shot = tmp_path / "shot.png"
-    res = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,3000",
-         f"--screenshot={shot}", (tmp_path / "r.html").as_uri()],
-        capture_output=True, text=True, timeout=120)
+    res = chromium(tmp_path, tmp_path / "r.html", "--window-size=1280,3000",
+                   f"--screenshot={shot}")
     assert shot.exists(), res.stderr
     rgb = (image.imread(str(shot))[..., :3] * 255).round()
     user = (abs(rgb[..., 0] - 0xF2) < 6) & (abs(rgb[..., 1] - 0xA6) < 6) & (
         abs(rgb[..., 2] - 0x5A) < 6)
     lib = (abs(rgb[..., 0] - 0x9F) < 6) & (abs(rgb[..., 1] - 0xC5) < 6) & (
         abs(rgb[..., 2] - 0xE8) < 6)
-    assert _horizontal_runs(user, 600) >= 10 and _horizontal_runs(lib, 600) >= 10
+    assert rows_with_run(user, 600) >= 10 and rows_with_run(lib, 600) >= 10
     user_rows, lib_rows = user.any(axis=1).nonzero()[0], lib.any(axis=1).nonzero()[0]
     assert user_rows.min() < lib_rows.min()  # the user's frame on top

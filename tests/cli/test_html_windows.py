@@ -5,16 +5,14 @@ why there is no graph. Skipped when chromium is not installed."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from browser import chromium, needs_chromium, rows_with_run
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None,
-                                reason="needs chromium (apt-get install chromium)")
+pytestmark = needs_chromium
 
 _APP = """
 import ctypes, json, sys
@@ -56,25 +54,6 @@ def _page(tmp_path: Path, leak: str) -> Path:
     return tmp_path / "r.html"
 
 
-def _chromium(tmp_path: Path, page: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         f"--user-data-dir={tmp_path / 'profile'}", *args, page.as_uri()],
-        capture_output=True, text=True, timeout=120)
-
-
-def _rows_with_run(mask, min_len: int) -> int:
-    """Rows of ``mask`` holding a run of at least ``min_len`` True pixels."""
-    import numpy as np
-
-    count = 0
-    for row in mask:
-        padded = np.concatenate(([0], row.astype(np.int8), [0]))
-        edges = np.flatnonzero(np.diff(padded))
-        if len(edges) and (edges[1::2] - edges[::2]).max() >= min_len:
-            count += 1
-    return count
-
 
 def test_windowed_run_draws_what_survived_the_windows(tmp_path: Path) -> None:
     """A leak through the json decoder, seen only by tracemalloc windows: the flame
@@ -89,14 +68,14 @@ def test_windowed_run_draws_what_survived_the_windows(tmp_path: Path) -> None:
     assert "<div class='flame'" in text and f"leaky.py:{line}" in text, text
     assert "http" not in text.split("<body>", 1)[1]  # nothing fetched at view time
     shot = tmp_path / "shot.png"
-    _chromium(tmp_path, page, "--window-size=1280,3000", f"--screenshot={shot}")
+    chromium(tmp_path, page, "--window-size=1280,3000", f"--screenshot={shot}")
     assert shot.exists()
     rgb = (image.imread(str(shot))[..., :3] * 255).round()
     user = (abs(rgb[..., 0] - 0xF2) < 6) & (abs(rgb[..., 1] - 0xA6) < 6) & (
         abs(rgb[..., 2] - 0x5A) < 6)
     lib = (abs(rgb[..., 0] - 0x9F) < 6) & (abs(rgb[..., 1] - 0xC5) < 6) & (
         abs(rgb[..., 2] - 0xE8) < 6)
-    assert _rows_with_run(user, 600) >= 10 and _rows_with_run(lib, 600) >= 10
+    assert rows_with_run(user, 600) >= 10 and rows_with_run(lib, 600) >= 10
     user_rows, lib_rows = user.any(axis=1).nonzero()[0], lib.any(axis=1).nonzero()[0]
     assert user_rows.min() < lib_rows.min()  # the user's frame on top
 
@@ -105,7 +84,7 @@ def test_windowed_run_of_a_native_leak_says_why_there_is_no_graph(tmp_path: Path
     """A native leak (malloc through ctypes) under tracemalloc windows: nothing traced
     survives, so no graph is drawn, and the rendered page says why."""
     page = _page(tmp_path, "native")
-    res = _chromium(tmp_path, page, "--dump-dom")
+    res = chromium(tmp_path, page, "--dump-dom")
     dom = res.stdout
     assert "<body>" in dom or "<body" in dom, res.stderr
     assert "class=\"flame\"" not in dom and "class='flame'" not in dom
