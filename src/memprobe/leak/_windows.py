@@ -27,7 +27,6 @@ from ..keys import (
     is_library_site,
     join_prefix,
     make_key,
-    prefix_path,
     split_short,
     split_site,
     split_site_key,
@@ -167,8 +166,7 @@ def capture_evidence(samples: Sequence[Any], prefix: str) -> WindowEvidence | No
     size_bytes``: blocks allocated during the capture and alive at its end), as one
     tracemalloc window over the samples taken during it; None without a capture, or
     when it traced nothing. The evidence for the kind where the cheap probes alone ran."""
-    head = prefix_path(prefix) + "capture/"
-    duration_key = head + "duration_seconds"
+    duration_key = make_key(prefix, "capture", "duration_seconds")
     cap = next((s for s in reversed(samples) if duration_key in s.values), None)
     if cap is None:
         return None

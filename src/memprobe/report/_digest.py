@@ -166,8 +166,8 @@ class RunDigest:
         self.window = Window(WINDOW_SAMPLES, judged_keys(prefix))
         store = {head + m for m in DEFAULT_METRICS}
         self._keep_tiers = store.__contains__
-        self._capture_key = head + "capture/duration_seconds"
-        self._survivors_key = head + "tracemalloc/survivors_bytes"
+        self._capture_key = keys.make_key(prefix, "capture", "duration_seconds")
+        self._survivors_key = keys.make_key(prefix, "tracemalloc", "survivors_bytes")
         self.windowed = False  # tracemalloc ran windowed: traced bytes are not judged
         self.phases = PhaseTally([head + m for m in PHASE_METRICS])
         early, self._early = self._early, []
