@@ -112,8 +112,9 @@ def test_a_warm_up_under_the_floor_gets_no_forecast() -> None:
     forecast with that rate it ran out of memory within minutes: the alert rule of
     docs/cluster.md paged for healthy RLlib EnvRunners. No forecast on "slight"; a
     leak of the same series gets one."""
-    from series_shapes import LEVEL_BYTES, MIB, allocator_noise, leaking, replay_plugin
     import random
+
+    from series_shapes import LEVEL_BYTES, MIB, allocator_noise, leaking, replay_plugin
 
     rng = random.Random(5)
     warm = [LEVEL_BYTES + 2 * MIB * min(i, 100) / 100 + allocator_noise(rng) / 8

@@ -25,6 +25,17 @@ FED = _kinds.DEFAULT_METRICS
 _RESIDENT = frozenset(f"process/{m}" for m in _kinds.RESIDENT)
 
 
+def _row_getter(keys: list[str]) -> Callable[[dict[str, Number]], tuple[Number, ...]]:
+    """A function giving the tuple of ``keys``' values in a sample (even of one key or
+    none), raising KeyError when one is missing."""
+    if len(keys) > 1:
+        return itemgetter(*keys)
+    if keys:
+        key = keys[0]
+        return lambda values: (values[key],)
+    return lambda values: ()
+
+
 class TierFeed:
     """The tiers of a Prober without a leak alarm, so that ``prober.report()`` judges
     every time scale of the whole run for each judged metric (:data:`FED`), as the
@@ -42,6 +53,17 @@ class TierFeed:
     every = 50
     #: A Prober with a TierFeed has no leak alarm.
     alarm = None
+    tiers: Tiers
+    retained: int
+    retained_due: bool
+    _traced_own: float
+    _checks_own: float
+    _seen: int
+    _rows: list[tuple[float, float, float, tuple[Number, ...]]]
+    _pending: int
+    _present: tuple[tuple[str, bool], ...]
+    _get: Callable[[dict[str, Number]], tuple[Number, ...]]
+    _width: int
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
@@ -89,9 +111,7 @@ class TierFeed:
             self.absorb()
             self._present = present
             keys = [k for k, _ in present]
-            # A tuple of values, even of one key or none.
-            self._get = itemgetter(*keys) if len(keys) > 1 else \
-                (lambda v, k=keys[0]: (v[k],)) if keys else (lambda v: ())
+            self._get = _row_getter(keys)
         self._width = len(values)
 
     def absorb(self) -> Tiers:
@@ -130,10 +150,10 @@ class TierFeed:
         self._traced_own = 0.0  # memprobe's own memory, as sample_series reads it
         self._checks_own = 0.0
         self._seen = 0  # samples taken: the x of a sample without a step
-        self._rows: list[tuple[float, float, float, tuple[Number, ...]]] = []
+        self._rows = []
         self._pending = 0  # samples taken since the last batch
-        self._present: tuple[tuple[str, bool], ...] = ()  # the judged keys of the rows
-        self._get: Callable[[dict[str, Number]], tuple[Number, ...]] = lambda v: ()
+        self._present = ()  # the judged keys of the rows
+        self._get = lambda v: ()
         self._width = -1  # the key count of the sample the keys were looked for in
         self.retained = 0
         self.retained_due = False
