@@ -12,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memprobe
 from memprobe.leak._alarm import PERSISTENCE_SAMPLES
@@ -146,6 +148,21 @@ def test_growth_in_a_few_steps_is_slight_and_says_so() -> None:
     both = [a + b - 500 * MIB for a, b in zip(stairs, climb)]
     assert memprobe.analyze(xs, both, key="process/rss_bytes",
                             min_growth=floor).status == "leak"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-10**6, 10**6), min_size=4, max_size=80),
+       st.integers(-10**9, 10**9), st.sampled_from([1, 2, 1024]))
+def test_jumps_do_not_depend_on_the_level_or_the_unit(ys: list[int], shift: int,
+                                                      scale: int) -> None:
+    """What is a jump does not depend on where the series sits, nor on its unit (a rise
+    stands out of the series' own changes, not out of a fixed size): the same jumps for
+    ``scale * y + shift`` (a power of two and integers: exact in floats). A steady
+    climb, however steep, has none."""
+    from memprobe.leak._verdicts import _jumps
+
+    assert _jumps([scale * y + shift for y in ys]) == _jumps(ys)
+    assert _jumps([shift + scale * i for i in range(len(ys))]) == []
 
 
 @pytest.mark.parametrize("percent_per_1000", [2, 10])
