@@ -51,7 +51,8 @@ def run(kib: int, iterations: int, stop_at_alarm: bool = False) -> dict:
                 row = {k: er.get(f"memprobe/leak/{k}") for k in
                        ("suspect", "process/rss_bytes/rate_per_hour", "hours_to_oom")}
                 rows.append(row)
-                if first is None and row["suspect"]:
+                # == 1: a key RLlib reduced over no value reads NaN, which is truthy.
+                if first is None and row["suspect"] == 1:
                     first = it
                     if stop_at_alarm:
                         break
@@ -65,7 +66,8 @@ def run(kib: int, iterations: int, stop_at_alarm: bool = False) -> dict:
         v = report.get("process/rss_bytes")
         if v is not None:
             verdicts.append(v)
-    return {"kib": kib, "first": first, "iterations": len(rows), "last": rows[-1],
+    nan = sum(1 for r in rows if any(v is None or v != v for v in r.values()))
+    return {"kib": kib, "first": first, "iterations": len(rows), "last": rows[-1], "nan": nan,
             "at_alarm": rows[first - 1] if first else None,
             "report": [v.describe() for v in verdicts], "verdicts": verdicts}
 
@@ -92,6 +94,8 @@ def main() -> None:
         rate = (row["process/rss_bytes/rate_per_hour"] or 0) / (1 << 20)
         print(f"| {kib} | {r['first'] or '-'} of {r['iterations']} | {rate:+.1f} | "
               f"{row['hours_to_oom']:.1f} | {'; '.join(r['report'])} |", flush=True)
+        if r["nan"]:
+            print(f"  ({r['nan']} iterations had a leak key missing or NaN)", flush=True)
     ray.shutdown()
 
 

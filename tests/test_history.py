@@ -81,20 +81,22 @@ def test_history_storage_does_not_grow_as_it_fills() -> None:
 
     prober = memprobe.Prober(["process", "gc"], history=2000)
     with prober:
-        # The first samples: keys seen, flatten plans compiled, the resident size's tiers
+        # The first samples: keys seen, flatten plans compiled, the judged metrics' tiers
         # made at the first batch of 50 (memprobe's own memory, allocated once).
-        for step in range(60):
+        for step in range(50):
             prober.sample(step=step)
         tracemalloc.start()
         try:
             before = tracemalloc.get_traced_memory()[0]
-            for step in range(60, 1540):
+            for step in range(50, 1550):
                 prober.sample(step=step)
             grown = tracemalloc.get_traced_memory()[0] - before
         finally:
             tracemalloc.stop()
-    assert len(prober.history) == 1540
-    assert grown < 20 * 1480, f"{grown} bytes for 1480 samples"
+    assert len(prober.history) == 1550
+    # Besides the rows of the tiers' batch under way (at most 50 samples' judged values,
+    # ~12 KB with the default probes), let go when the batch is fed.
+    assert grown < 20 * 1500 + 12_288, f"{grown} bytes for 1500 samples"
 
 
 def test_history_holds_exactly_what_sample_returned_whatever_ran() -> None:

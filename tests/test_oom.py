@@ -105,6 +105,46 @@ def test_a_forecast_under_the_threshold_opens_the_capture_before_the_alarm() -> 
     assert "out of memory in" in rss.describe()
 
 
+def test_a_warm_up_under_the_floor_gets_no_forecast() -> None:
+    """A healthy process's warm-up: 2 MiB over its first 100 samples (under the 0.5%
+    floor of a 500 MiB process), then flat. Its first checks judge it growing slightly
+    at a rate a leak would have (replayed as fast as it samples: hundreds of GiB/h), and
+    forecast with that rate it ran out of memory within minutes: the alert rule of
+    docs/cluster.md paged for healthy RLlib EnvRunners. No forecast on "slight"; a
+    leak of the same series gets one."""
+    import random
+
+    from series_shapes import LEVEL_BYTES, MIB, allocator_noise, leaking, replay_plugin
+
+    rng = random.Random(5)
+    warm = [LEVEL_BYTES + 2 * MIB * min(i, 100) / 100 + allocator_noise(rng) / 8
+            for i in range(400)]
+
+    def checks(series: list[float]) -> list[memprobe.Verdict]:
+        pm = memprobe.get_plugin_manager(load_entrypoints=False, disable=["process"])
+        pm.register(replay_plugin(series, "process", "rss_bytes"))
+        seen = []
+        with memprobe.Prober(["process"], plugin_manager=pm, history=200,
+                             on_leak=lambda v: None, leak_check_every=20,
+                             capture_on_leak=False) as prober:
+            alarm = prober.alarm
+            latest = None
+            for i in range(len(series)):
+                prober.sample(step=i)
+                if alarm.latest is not latest:
+                    latest = alarm.latest
+                    seen.append(latest.get("process/rss_bytes"))
+        return seen
+
+    seen = checks(warm)
+    assert any(v.status == "slight" and (v.rate_per_hour or 0) > 0 for v in seen), \
+        [v.describe() for v in seen]
+    assert all(v.hours_to_oom is None for v in seen), [v.describe() for v in seen]
+    leak = checks(leaking(64 * 1024, 400))
+    assert any(v.status == "leak" and v.hours_to_oom is not None for v in leak), \
+        [v.describe() for v in leak]
+
+
 def test_memprobe_report_on_the_file_gives_the_forecast_the_process_made(tmp_path) -> None:
     """The check's forecast is in the sample after it (``leak/hours_to_oom``): ``memprobe
     report`` shows it beside the rate, against the process's own limit."""

@@ -12,6 +12,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import memprobe
 from memprobe.leak._alarm import PERSISTENCE_SAMPLES
@@ -108,6 +110,59 @@ def test_bursty_growth_under_the_floor_does_not_alarm() -> None:
     """A level that rises to 2 MiB over 20,000 samples, halved every other 1,000, then
     flat: under 0.5% of the process it stands in, it is no leak at any scale."""
     assert replay_alarms(healthy("bursty", 24_000), check_every=20) == []
+
+
+def test_a_staircase_of_a_few_plateaus_does_not_alarm() -> None:
+    """Steps of 2 MiB every 5,000 samples, 6 of them, then flat: judged leaking at the
+    whole run's scale from sample 16,140 (three steps, +5.7 MiB, the last quarter
+    holding the third), it alarmed at 16,419 before a growth made of fewer than
+    MIN_RISES rises was "slight". Replayed up to 36,000 samples (past the last step's
+    leaking stretch, 30,000-31,200)."""
+    fired = replay_alarms(healthy("plateaus", 36_000), check_every=20)
+    assert fired == [], [(i, v.describe()) for i, v in fired]
+
+
+def test_growth_in_a_few_steps_is_slight_and_says_so() -> None:
+    """The rule on its own: three steps of 2 MiB with flat treads are "slight", "grew in
+    3 steps"; the same growth as a steady climb (or in MIN_RISES allocator steps and
+    more) is a leak; and a climb with three steps on top of it stays a leak (taking
+    the steps out leaves a growth past the floor)."""
+    from memprobe.leak._verdicts import MIN_RISES
+
+    rng = random.Random(3)
+    xs = list(range(600))
+    floor = 2.5 * MIB
+    noise = [rng.gauss(0, 30_000) for _ in xs]
+    # Steps at 150, 330 and 510: the last quarter holds one, so it is not levelled off.
+    stairs = [500 * MIB + 2 * MIB * ((x + 30) // 180) + e for x, e in zip(xs, noise)]
+    v = memprobe.analyze(xs, stairs, key="process/rss_bytes", min_growth=floor)
+    assert v.status == "slight" and v.note == "grew in 3 steps", v.describe()
+    climb = [500 * MIB + 6 * MIB * x / 600 + e for x, e in zip(xs, noise)]
+    assert memprobe.analyze(xs, climb, key="process/rss_bytes",
+                            min_growth=floor).status == "leak"
+    step = 6 * MIB / MIN_RISES
+    # MIN_RISES steps: at 67, 133, ... 533.
+    pages = [500 * MIB + step * (x * (MIN_RISES + 1) // 600) + e for x, e in zip(xs, noise)]
+    assert memprobe.analyze(xs, pages, key="process/rss_bytes",
+                            min_growth=floor).status == "leak"
+    both = [a + b - 500 * MIB for a, b in zip(stairs, climb)]
+    assert memprobe.analyze(xs, both, key="process/rss_bytes",
+                            min_growth=floor).status == "leak"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-10**6, 10**6), min_size=4, max_size=80),
+       st.integers(-10**9, 10**9), st.sampled_from([1, 2, 1024]))
+def test_jumps_do_not_depend_on_the_level_or_the_unit(ys: list[int], shift: int,
+                                                      scale: int) -> None:
+    """What is a jump does not depend on where the series sits, nor on its unit (a rise
+    stands out of the series' own changes, not out of a fixed size): the same jumps for
+    ``scale * y + shift`` (a power of two and integers: exact in floats). A steady
+    climb, however steep, has none."""
+    from memprobe.leak._verdicts import _jumps
+
+    assert _jumps([scale * y + shift for y in ys]) == _jumps(ys)
+    assert _jumps([shift + scale * i for i in range(len(ys))]) == []
 
 
 @pytest.mark.parametrize("percent_per_1000", [2, 10])

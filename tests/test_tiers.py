@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import memprobe
+from memprobe.engine._tier_feed import FED
 from memprobe.leak._series import judged_keys
 from memprobe.leak._tiers import BINS, BYTES_PER_SERIES, FIRST, RAW, TieredSeries
 from series_shapes import replay_plugin
@@ -149,10 +150,63 @@ def test_a_prober_without_an_alarm_feeds_what_a_report_on_every_sample_reads(row
         samples.append(memprobe.Sample(1000.0 + i, step, 1, values))
     fed = feed.absorb()
     offline = memprobe.Tiers()
-    offline.feed(samples, "memprobe", judged_keys("memprobe", ["process/rss_bytes"], sites=False),
-                 lambda k: k.endswith("process/rss_bytes"))
-    key = "memprobe/process/rss_bytes"
-    assert list(fed.series) == [key] and fed.count == offline.count == len(rows)
-    assert fed.series[key].raw.points() == offline.series[key].raw.points()
-    assert [t.points() for t in fed.series[key].tiers] == \
-        [t.points() for t in offline.series[key].tiers]
+    offline.feed(samples, "memprobe", judged_keys("memprobe", None, sites=False),
+                 lambda k: k.split("/", 1)[1] in FED)
+    # Every judged metric the samples have, the resident size less memprobe's own memory.
+    keys = {"memprobe/process/rss_bytes", "memprobe/gc/garbage_count"}
+    if any(traced for _, traced, _, _ in rows):
+        keys |= {"memprobe/tracemalloc/traced_bytes", "memprobe/tracemalloc/filtered_bytes"}
+    assert set(fed.series) == set(offline.series) == keys
+    assert fed.count == offline.count == len(rows)
+    for key in keys:
+        assert fed.series[key].raw.points() == offline.series[key].raw.points(), key
+        assert [t.points() for t in fed.series[key].tiers] == \
+            [t.points() for t in offline.series[key].tiers], key
+
+
+def test_a_plain_probers_tiers_of_every_judged_metric_stay_bounded_over_a_million_samples(
+        ) -> None:
+    """The bound for a Prober without an alarm (:class:`TierFeed`): a series per judged
+    metric (all of :data:`FED` in every sample), made at the first batch; the last
+    50,000 of 1,000,000 samples keep nothing more, and the whole run is in the top
+    tier of each."""
+    from memprobe.engine._tier_feed import TierFeed
+    from memprobe.leak._alarm import check_memory_bytes
+
+    feed = TierFeed("memprobe")
+    values: dict[str, float] = {f"memprobe/{m}": 0.0 for m in FED}
+    keys = list(values)
+
+    def run(start: int, stop: int) -> None:
+        for i in range(start, stop):
+            for j, k in enumerate(keys):
+                values[k] = 1e8 + 5120.0 * i + j + (i * 7919 % 13) * 4096
+            feed.after_sample(values, 1000.0 + i, i, 1)
+
+    check_memory_bytes()  # what a batch reads: its modules imported before the tracing
+    # Traced over the first 2,000 samples (what the feed keeps) and the last 50,000
+    # (what it keeps more); not between, which only makes the run slower.
+    tracemalloc.start()
+    try:
+        run(0, 2000)
+        early = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    run(2000, 950_000)
+    tracemalloc.start()
+    try:
+        run(950_000, 1_000_000)  # ends on a batch fed: no columns pending
+        late = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    tiers = feed.absorb()
+    assert set(tiers.series) == set(keys) and len(keys) == len(FED) >= 10
+    # The series' arrays (and their array objects) and one batch's columns.
+    assert len(FED) * BYTES_PER_SERIES <= early <= len(FED) * (BYTES_PER_SERIES + 12_288), early
+    # Nothing grows with the run's length: what the tracing sees kept is the counters
+    # (ints) and latest values each series holds in place of those it held before.
+    assert late <= 512 * len(FED), (early, late)
+    for key, series in tiers.series.items():
+        assert series.count == 1_000_000, key
+        xs = list(series.scales(40))[-1][0]
+        assert xs[0] < 0.01 * 1_000_000 and xs[-1] > 0.99 * 1_000_000, key

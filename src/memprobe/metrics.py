@@ -104,7 +104,7 @@ PROBER_METRICS: Mapping[str, Mapping[str, Metric]] = {
         "rate_per_hour": Metric("growth rate of the worst leaking metric", "bytes"),
         "hours_to_oom": Metric("hours until the resident size reaches the nearest memory "
                                "limit (cgroup, Ray's memory monitor, the machine) at its judged "
-                               "rate; -1 when it is not growing or no limit can be read"),
+                               "rate; -1 when it is not judged leaking or no limit can be read"),
     },
 }
 

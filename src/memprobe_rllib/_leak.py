@@ -17,7 +17,7 @@ with the latest verdict:
   judged metric the process has (:data:`JUDGED`);
 - ``<prefix>/leak/hours_to_oom``: hours until the resident size reaches the nearest
   memory limit at the rate judged (:func:`memprobe.oom_headroom`), -1 when it is not
-  growing or no limit can be read;
+  judged leaking or no limit can be read;
 - ``<prefix>/leak/env_runner_<i>``: 1 while EnvRunner ``i`` is alarmed (reduce max);
 - ``<prefix>/leak/culprit/<where>/rate_per_hour`` for at most
   :data:`MAX_CULPRITS` culprits named in this process (a ``file.py:line``, a

@@ -1,9 +1,11 @@
-"""The tiers of a Prober without a leak alarm: its resident sizes at every time scale
+"""The tiers of a Prober without a leak alarm: its judged metrics at every time scale
 of the whole run, so that ``prober.report()`` judges what the alarm would."""
 
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
+from operator import itemgetter
 
 from .._sample import Number
 from ..keys import key_of, make_key
@@ -13,21 +15,35 @@ from ..leak._tiers import Tiers
 
 __all__ = ["FED", "TierFeed"]
 
-#: What a Prober without a leak alarm keeps at every time scale: the resident sizes
-#: (what runs out of memory). Its other metrics are judged on its history: feeding all
-#: of them (6 with the default probes) from the history cost a default sample ~7.7 µs
-#: more (+60%); the resident size as below, ~1-2 µs (docs/performance.md).
-FED = tuple(f"process/{m}" for m in _kinds.RESIDENT)
+#: What a Prober without a leak alarm keeps at every time scale: every metric the
+#: built-in probes declare judged (:data:`memprobe.DEFAULT_METRICS`, those its samples
+#: have), the ones ``prober.report()`` judges. Each is taken from the sample as it is
+#: made (a dict look-up and three appends), not read back from the history: feeding
+#: them from the history cost a default sample ~7.7 µs more (+60%); taken as below,
+#: docs/performance.md has the cost.
+FED = _kinds.DEFAULT_METRICS
+_RESIDENT = frozenset(f"process/{m}" for m in _kinds.RESIDENT)
+
+
+def _row_getter(keys: list[str]) -> Callable[[dict[str, Number]], tuple[Number, ...]]:
+    """A function giving the tuple of ``keys``' values in a sample (even of one key or
+    none), raising KeyError when one is missing."""
+    if len(keys) > 1:
+        return itemgetter(*keys)
+    if keys:
+        key = keys[0]
+        return lambda values: (values[key],)
+    return lambda values: ()
 
 
 class TierFeed:
     """The tiers of a Prober without a leak alarm, so that ``prober.report()`` judges
-    every time scale of the whole run for the resident sizes (:data:`FED`), as the
+    every time scale of the whole run for each judged metric (:data:`FED`), as the
     alarm does, in the same bounded memory
     (:data:`memprobe.leak._tiers.BYTES_PER_SERIES` per metric).
 
-    Each sample's resident sizes, less memprobe's own memory as
-    :func:`memprobe.leak._series.sample_series` reads it from the same sample, are taken
+    Each sample's judged metrics (the resident sizes less memprobe's own memory, as
+    :func:`memprobe.leak._series.sample_series` reads it from the same sample) are taken
     as the sample is made and fed in batches of :attr:`every` samples. What feeding
     keeps (the tiers' arrays, allocated at the first batch) is counted as memprobe's
     own memory (``overhead/check_retained_bytes`` in the next sample), as a leak
@@ -37,21 +53,36 @@ class TierFeed:
     every = 50
     #: A Prober with a TierFeed has no leak alarm.
     alarm = None
+    tiers: Tiers
+    retained: int
+    retained_due: bool
+    _traced_own: float
+    _checks_own: float
+    _seen: int
+    _rows: list[tuple[float, float, float, tuple[Number, ...]]]
+    _pending: int
+    _present: tuple[tuple[str, bool], ...]
+    _get: Callable[[dict[str, Number]], tuple[Number, ...]]
+    _width: int
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self._keys = tuple(key_of(prefix, m) for m in FED)
+        # (key, whether memprobe's own memory is subtracted: the resident sizes)
+        self._keys = tuple((key_of(prefix, m), m in _RESIDENT) for m in FED)
         self._overhead = make_key(prefix, "tracemalloc", "overhead_bytes")
         self._traced = key_of(prefix, _kinds.TRACED)
         self._filtered = key_of(prefix, _kinds.FILTERED)
         self._key_retained = make_key(prefix, "overhead", "check_retained_bytes")
-        self._batch: dict[str, tuple[array[float], array[float], array[float]]] = {}
         self.reset()
 
     def after_sample(self, values: dict[str, Number], now: float, step: int | None,
                      pid: int) -> None:
-        """Take one sample's resident sizes; feed a batch when one is due (no line for
-        the sinks, unlike :meth:`AlarmChecks.after_sample`)."""
+        """Take one sample's judged metrics; feed a batch when one is due (no line for
+        the sinks, unlike :meth:`AlarmChecks.after_sample`).
+
+        The judged keys a sample has are read with one ``itemgetter`` call and kept as
+        a row; the rows become columns when the batch is fed. The keys are looked for
+        again when the sample's key count changes (the rows so far are fed first)."""
         if self._overhead in values:
             traced_own = float(values[self._overhead])
             if self._traced in values and self._filtered in values:
@@ -61,26 +92,41 @@ class TierFeed:
             self._checks_own = float(values[self._key_retained])
         x = float(step if step is not None else self._seen)
         self._seen += 1
-        own = self._traced_own + self._checks_own
-        for key in self._keys:
-            v = values.get(key)
-            if v is not None:
-                col = self._batch.get(key)
-                if col is None:
-                    col = self._batch[key] = (array("d"), array("d"), array("d"))
-                col[0].append(x)
-                col[1].append(float(v) - own)
-                col[2].append(now)
+        if len(values) != self._width:
+            self._layout(values)
+        try:
+            row = self._get(values)
+        except KeyError:  # as many keys, others: a new layout
+            self._layout(values)
+            row = self._get(values)
+        self._rows.append((x, now, self._traced_own + self._checks_own, row))
         self._pending += 1
         if self._pending >= self.every:
             self.absorb()
 
+    def _layout(self, values: dict[str, Number]) -> None:
+        """Feed the rows taken so far; then take the judged keys that ``values`` has."""
+        present = tuple((k, resident) for k, resident in self._keys if k in values)
+        if present != self._present:
+            self.absorb()
+            self._present = present
+            keys = [k for k, _ in present]
+            self._get = _row_getter(keys)
+        self._width = len(values)
+
     def absorb(self) -> Tiers:
         """Feed the samples since the last batch; returns the tiers."""
         if self._pending:
-            batch, self._batch = self._batch, {}
+            rows, self._rows = self._rows, []
             self.tiers.skip(self._pending)
             self._pending = 0
+            xs = array("d", [r[0] for r in rows])
+            ts = array("d", [r[1] for r in rows])
+            batch = {}
+            for j, (key, resident) in enumerate(self._present):
+                ys = array("d", [r[3][j] - r[2] for r in rows] if resident else
+                           [r[3][j] for r in rows])
+                batch[key] = (xs, ys, ts)
             # A batch keeps memory only when it makes a series (its arrays): measured
             # then; the others leave what they found.
             makes = any(k not in self.tiers.series for k in batch)
@@ -104,7 +150,10 @@ class TierFeed:
         self._traced_own = 0.0  # memprobe's own memory, as sample_series reads it
         self._checks_own = 0.0
         self._seen = 0  # samples taken: the x of a sample without a step
-        self._batch = {}
+        self._rows = []
         self._pending = 0  # samples taken since the last batch
+        self._present = ()  # the judged keys of the rows
+        self._get = lambda v: ()
+        self._width = -1  # the key count of the sample the keys were looked for in
         self.retained = 0
         self.retained_due = False
