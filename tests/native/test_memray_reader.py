@@ -35,5 +35,48 @@ def test_a_capture_file_that_cannot_be_read_says_which(tmp_path) -> None:
 
     bad = tmp_path / "not-a-capture.bin"
     bad.write_bytes(b"nothing memray wrote")
-    with pytest.raises(ProbeError, match="not-a-capture.bin"):
+    with pytest.raises(ProbeError, match=r"not-a-capture\.bin"):
         read_sites_apart(str(bad), native=True)
+
+
+def test_live_culprit_keys_get_the_c_stack_once_a_memray_window_closes(leaklib) -> None:
+    """The RLlib adapter's live keys: the alarm fires (culprit ``native``, no stack yet)
+    before the first memray window closes, as in an EnvRunner whose overhead budget
+    kept the window open for 140 samples. The window's C stack then replaces
+    ``native``: the user's line → the C function."""
+    pytest.importorskip("ray.rllib")
+    import inspect
+    import warnings
+
+    import memprobe
+    from memprobe_rllib._leak import LeakState
+
+    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
+    prober = memprobe.Prober(
+        probes={"process": {}, "memray": {"window_steps": 100, "period_steps": 400,
+                                          "native_traces": True}},
+        on_leak=leak.on_leak, capture_on_leak=False, load_entrypoints=False,
+        leak_check_every=10)
+    prober.alarm.evidence_samples = 10
+    leak.prober = prober
+    kept, at_alarm = [], None
+    line = inspect.currentframe().f_lineno + 6
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prober.start()
+            for i in range(160):
+                kept.append(leaklib.leaky_alloc(256 * 1024))
+                prober.sample(step=i, force=True)
+                names = {k for k, v in leak.values(prober.history[-1].values).items()
+                         if "/culprit/" in k and v > 0}
+                if names and at_alarm is None:
+                    at_alarm = (i, names)
+    finally:
+        prober.stop()
+        for p in kept:
+            leaklib.release(p)
+    assert at_alarm is not None and at_alarm[0] < 100, at_alarm  # before the window closed
+    assert at_alarm[1] == {"memprobe/leak/culprit/native/rate_per_hour"}, at_alarm
+    assert any(f"test_memray_reader.py:{line}" in n and "leaky_alloc" in n for n in names), names
+    assert "memprobe/leak/culprit/native/rate_per_hour" not in names, names

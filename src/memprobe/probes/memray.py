@@ -36,8 +36,9 @@ _NATIVE_NAME_CHARS = 80
 _TRACEMALLOC_OWN = frozenset({"raw_malloc", "raw_realloc", "raw_calloc"})
 #: Python frames read per record to find the user's line above a library's.
 _PYTHON_FRAMES = 16
-#: The interpreter's allocator entry points: a native site names the function that called them.
-_PY_ALLOCATOR = re.compile(r"_?Py(Mem|Object)_(Raw)?(Malloc|Calloc|Realloc)")
+#: The interpreter's allocator entry points, and tracemalloc's hooks on them while it
+#: traces (``tracemalloc_alloc``): a native site names the function that called them.
+_PY_ALLOCATOR = re.compile(r"_?Py(Mem|Object)_(Raw)?(Malloc|Calloc|Realloc)|tracemalloc_\w+")
 
 
 def _memray() -> Any:
