@@ -314,13 +314,13 @@ class LeakState:
 
     def _native_named(self, v: Any) -> list[str]:
         """Replace the culprit ``native`` (said at the alarm, before a memray window
-        closed) with the lines of the user's a native verdict now names: memray's
-        stacks (``app.py:12 → leaky_alloc``) first, then the user's lines that hold it."""
-        names = [mkeys.format_culprit(n) for n in v.culprits
-                 if _is_site(n) and not mkeys.is_library_site(n)]
+        closed) with the native stacks a native verdict now names: the user's line
+        down to the C function (``app.py:12 → leaky_alloc``)."""
+        names = [name for n in v.culprits
+                 if _is_site(n) and not mkeys.is_library_site(n)
+                 and ".py:" not in (name := mkeys.format_culprit(n)).rsplit(" → ", 1)[-1]]
         if not names:
             return []
-        names.sort(key=lambda n: ".py:" in n.rsplit(" → ", 1)[-1])  # a C function last: first
         rate = self.culprits.pop("native")
         self._dropped.add("native")
         added = []
