@@ -80,3 +80,54 @@ def test_live_culprit_keys_get_the_c_stack_once_a_memray_window_closes(leaklib) 
     assert at_alarm[1] == {"memprobe/leak/culprit/native/rate_per_hour"}, at_alarm
     assert any(f"test_memray_reader.py:{line}" in n and "leaky_alloc" in n for n in names), names
     assert "memprobe/leak/culprit/native/rate_per_hour" not in names, names
+
+
+_HISTORY_PROGRAM = """\
+import ctypes, json, sys, warnings
+from memprobe_rllib import CallbackOptions
+from memprobe_rllib._process import ProcessProber
+lib = ctypes.CDLL(sys.argv[1])
+lib.leaky_alloc.restype = ctypes.c_void_p
+lib.leaky_alloc.argtypes = [ctypes.c_size_t]
+options = CallbackOptions(
+    probes={"process": {}, "memray": {"window_steps": 1, "period_steps": 1000,
+                                       "native_traces": True}},
+    history=30, leak_check_every=10, load_entrypoints=False)
+pp = ProcessProber(options, "env_runner", 1, prefix="memprobe", step_name="a test step")
+warnings.simplefilter("ignore")
+pp.start()
+pp.prober.alarm.evidence_samples = 10
+for i in range(200):
+    lib.leaky_alloc(256 * 1024)  # the leaking line
+    pp.sample(i, force=True)
+names = [k for k, v in pp.leak.values(pp.prober.history[-1].values).items()
+         if "/culprit/" in k and v > 0]
+pp.prober.stop()
+print(json.dumps({"alarmed": list(pp.leak.alarmed), "names": names}))
+"""
+
+
+def test_live_culprit_keys_get_a_c_stack_whose_window_left_the_history(leaklib, tmp_path) -> None:
+    """The adapter's process: its one memray window closed at the second sample (the
+    overhead budget spaced the next ones out), long out of its 30-sample history when
+    the alarm fires; the stack that window saw surviving still names the leak. In a
+    fresh interpreter: the heap other tests freed would serve the leak, rss flat."""
+    pytest.importorskip("ray.rllib")
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "keepnative.py").write_text(_HISTORY_PROGRAM)
+    path = os.pathsep.join(p for p in (os.path.join(os.path.dirname(__file__), "..", "..",
+                                                    "src"), os.environ.get("PYTHONPATH")) if p)
+    out = subprocess.run([sys.executable, "keepnative.py", leaklib._name], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": path})
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["alarmed"], got
+    line = _HISTORY_PROGRAM.splitlines().index(
+        "    lib.leaky_alloc(256 * 1024)  # the leaking line") + 1
+    assert any(f"keepnative.py:{line}" in n and "leaky_alloc" in n for n in got["names"]), got
+    assert "memprobe/leak/culprit/native/rate_per_hour" not in got["names"], got
