@@ -93,6 +93,13 @@ def _python(sites: Sequence[str], types: Sequence[str]) -> tuple[str, tuple[str,
     return "python", (*sites, *types), note
 
 
+def _blocks_per_step(by_metric: Mapping[str, _Judged]) -> float | None:
+    """Python's live blocks' growth per step (``gc/allocated_blocks``), None when not
+    counted."""
+    blocks = by_metric.get(BLOCKS)
+    return None if blocks is None or blocks.status == "insufficient" else blocks.slope_per_step
+
+
 def _grows(v: _Judged | None, than: float = 0.0) -> bool:
     """``v`` grows (a leak, or slightly) at no less than ``than`` per step."""
     return v is not None and v.status in ("leak", "slight") and v.slope_per_step >= than
@@ -125,19 +132,26 @@ def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
 
 
 def _held(metric: str, rate: float, windows: Sequence[WindowEvidence], holders: Sequence[str],
-          types: Sequence[str], traced: WindowEvidence | None,
+          types: Sequence[str], traced: WindowEvidence | None, grow: bool = True,
           ) -> tuple[str, tuple[str, ...], str] | None:
     """Native memory that retained objects own: live objects grow, Python's traced bytes
     do not account for the metric's growth, and a line of the user's makes objects that
     grow or survive (a kept ``torch.Tensor``'s storage, a C extension's buffers). Named
     by memray's sites when its windows ran, else by the user's lines and the types.
     None without a user's line: a library's blocks in flight (episodes not yet
-    returned) survive every window of a healthy process too, and hold nothing."""
+    returned) survive every window of a healthy process too, and hold nothing.
+    ``grow=False``: the live objects were not seen to grow (the count is too coarse for a
+    few objects per step), but the user's lines make objects that survive every window."""
     if traced is not None:
         holders = (*holders, *(format_culprit(s) for s, _ in traced.sites))
     sites = tuple(s for s in dict.fromkeys(holders) if not is_library_site(s))
     if not sites:
         return None
+    if not grow:  # the evidence after the way to the C stack, which a text report shows
+        kind, culprits, note = _native(metric, rate, windows,
+                                       "held by objects the user's lines make")
+        note += f"; {traced.describe(rate)}" if traced is not None else ""
+        return kind, culprits or (*sites[:5], *types), note
     why = ("retained objects hold it: live objects grow, Python's traced bytes do not "
            "account for the growth")
     if traced is not None:
@@ -188,10 +202,14 @@ def classify(
     py = None if traced is not None else by_metric.get(FILTERED) or by_metric.get(TRACED)
     if _grows(py, 0.1 * rate):
         return _python(sites, types)
-    if traced is not None and traced.explains(rate):
-        kind, culprits, _ = _python(
-            (*(format_culprit(s) for s, _ in traced.sites), *sites), types)
-        return kind, culprits, f"{KINDS[kind].split(':')[0]}; {traced.describe(rate)}"
+    blocks = _blocks_per_step(by_metric)
+    # The windows, then the alarm's capture (its longer view tells a library's blocks
+    # in flight from what it keeps).
+    for seen in dict.fromkeys(e for e in windows if e.probe == "tracemalloc"):
+        if seen.explains(rate, blocks_per_step=blocks):
+            kind, culprits, _ = _python(
+                (*(format_culprit(s) for s, _ in seen.sites), *sites), types)
+            return kind, culprits, f"{KINDS[kind].split(':')[0]}; {seen.describe(rate)}"
     if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):
         return "mmap", (), KINDS["mmap"]
     in_use = by_metric.get("malloc/in_use_bytes")
@@ -211,9 +229,14 @@ def classify(
             if py is not None or traced is not None else None
         if held is not None:
             return held
+        if traced is not None and not types:
+            # Live blocks grow, but what survives the windows at the user's lines is
+            # too little to be the growth, and a library's survivors are not kept.
+            return _native(metric, rate, windows, traced.describe(rate))
         return "objects", tuple(types), KINDS["objects"]
     if traced is not None:
-        return _native(metric, rate, windows, traced.describe(rate))
+        held = _held(metric, rate, windows, (), types, traced, grow=False)
+        return held or _native(metric, rate, windows, traced.describe(rate))
     if py is not None:
         return _native(metric, rate, windows, "rss grew but tracemalloc's traced bytes did not "
                        f"({py.slope_per_step:+.4g}/step)")
