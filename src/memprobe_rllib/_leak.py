@@ -158,6 +158,27 @@ def culprits_of(verdict: Any, history: Sequence[Any], prefix: str) -> tuple[str,
     return ()
 
 
+def culprit_rates(names: Sequence[str], rate: float, captured: Any) -> dict[str, float]:
+    """Each culprit's share of the metric's ``rate`` (per hour), in the order ``names``
+    ranks them: a line's share is its part of the bytes the alarm's capture saw kept at
+    the lines named (``captured``: its :class:`memprobe.capture.Culprits`); a name with no
+    size of its own (a type), or with no capture, gets the rate of the name before it.
+    The rates never rise down the list, so a reader ranking the culprit keys by their
+    values reads the order the verdict gave."""
+    sizes: dict[str, float] = {}
+    for site, size, _ in getattr(captured, "python_sites", ()) or ():
+        sizes[mkeys.format_culprit(site)] = float(size)
+    for native in getattr(captured, "native_sites", ()) or ():
+        sizes.setdefault(mkeys.format_culprit(native.site), float(native.size_bytes))
+    total = sum(sizes.get(n, 0.0) for n in names)
+    out: dict[str, float] = {}
+    previous = rate
+    for name in names:
+        share = rate * sizes[name] / total if total > 0 and sizes.get(name) else previous
+        out[name] = previous = min(share, previous)
+    return out
+
+
 class LeakState:
     """The alarm's latest verdicts for one process, as keys (see the module docstring)."""
 
@@ -294,17 +315,19 @@ class LeakState:
                     self._dropped.update(n for n in self.culprits if n in self._guessed)
                     self.culprits.clear()
                     self._guessed.clear()
-                if self.culprits:  # a builtin or library type says little beside a named one
+                if self.culprits or any(_is_site(n) for n in names):
+                    # A builtin or library type says little beside a named line or type.
                     names = [n for n in names if _is_site(n) or not is_library_type(n)]
                 if v.kind == "objects":  # the retained type first, then the lines
                     names.sort(key=_is_site)
+                rates = culprit_rates(names, rate, getattr(alarm, "culprits", None))
                 for name in names:
                     if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
-                        self.culprits[name] = rate
+                        self.culprits[name] = rates[name]
                         captured.append(name)
                 for name, r in rest.items():
                     if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
-                        self.culprits[name] = r
+                        self.culprits[name] = min(r, min(self.culprits.values(), default=r))
         if captured:
             who = self.role if self.index is None else f"{self.role} {self.index}"
             warn(f"memprobe_rllib: {who}: leak culprits found since the alarm: "
@@ -338,8 +361,8 @@ class LeakState:
         out[leak("hours_to_oom")] = -1.0 if hours is None else float(hours)
         if self.role == "env_runner" and self.index is not None:
             out[leak(f"env_runner_{self.index}")] = suspect
+        for name, rate in sorted(self.culprits.items(), key=lambda c: -c[1]):
+            out[mkeys.culprit_key(self.prefix, name)] = rate
         for name in self._dropped:
             out[mkeys.culprit_key(self.prefix, name)] = 0.0
-        for name, rate in self.culprits.items():
-            out[mkeys.culprit_key(self.prefix, name)] = rate
         return out
