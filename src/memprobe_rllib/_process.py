@@ -160,6 +160,10 @@ class ProcessProber:
         self.log = ResultLog(KeyKinds(lambda key: declared(self.prober, key), prefix),
                              site_keys=options.site_keys)
         self.last: dict[str, Any] = {}
+        # This state (the result log's cells, the latest values, the leak state) is held
+        # by RLlib's callback object, not by a memprobe module: counted as memprobe's,
+        # not the user's, by an objects count, a capture and a referrer walk.
+        memprobe.register_own(self)
 
     def start(self) -> ProcessProber:
         self.prober.start()
