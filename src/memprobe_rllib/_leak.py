@@ -302,6 +302,8 @@ class LeakState:
                     self._pace.pop(key, None)
                 continue
             self._streak.pop(key, None)
+            if v.kind == "native" and "native" in self.culprits:
+                captured += self._native_named(v)
             if v.culprits and v.kind in ("python", "objects"):
                 # Culprits the alarm's capture named (first in the verdict that opened it):
                 # lines and types, which say nothing of an fd or a native leak.
@@ -332,6 +334,24 @@ class LeakState:
             who = self.role if self.index is None else f"{self.role} {self.index}"
             warn(f"memprobe_rllib: {who}: leak culprits found since the alarm: "
                  f"{', '.join(captured)}", LeakWarning)
+
+    def _native_named(self, v: Any) -> list[str]:
+        """Replace the culprit ``native`` (said at the alarm, before a memray window
+        closed) with the native stacks a native verdict now names: the user's line
+        down to the C function (``app.py:12 → leaky_alloc``)."""
+        names = [name for n in v.culprits
+                 if _is_site(n) and not mkeys.is_library_site(n)
+                 and ".py:" not in (name := mkeys.format_culprit(n)).rsplit(" → ", 1)[-1]]
+        if not names:
+            return []
+        rate = self.culprits.pop("native")
+        self._dropped.add("native")
+        added = []
+        for name in names:
+            if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
+                self.culprits[name] = rate
+                added.append(name)
+        return added
 
     # -- as keys ------------------------------------------------------------------------
     def values(self, sample_keys: Any = ()) -> dict[str, float]:

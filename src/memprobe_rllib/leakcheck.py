@@ -19,7 +19,9 @@ from the config (or takes the algorithm's local one) and repeats, each
 
 Each is measured with :func:`memprobe.check_leaks`: process rss and fds,
 tracemalloc's bytes outside memprobe (``tracemalloc/filtered_bytes``) and its
-allocation sites, and the objects probe. The heap that exists before the check
+allocation sites, the objects probe, and where glibc has ``mallinfo2`` malloc's bytes
+in use (``malloc/in_use_bytes``: a native leak the process serves from heap it freed
+before leaves rss flat). The heap that exists before the check
 is frozen (``gc.freeze()``), so the collection before each sample and the
 objects probe see only what the component allocates. A component is a suspect
 when a judged bytes metric grows significantly by more than ``max_growth_bytes``
@@ -38,6 +40,7 @@ from typing import Any
 
 from memprobe import ConfigError, MemprobeError
 from memprobe.leaks import Report, check_growth_bytes, check_leaks, judge_tolerance
+from memprobe.probes.malloc import supported as malloc_supported
 
 from ._options import show
 
@@ -49,10 +52,14 @@ COMPONENTS = ("env", "env_runner", "module")
 #: Repeats per component when ``repeats`` is not given.
 DEFAULT_REPEATS = {"env": 40, "env_runner": 30, "module": 40}
 
-#: Metrics that make a component a suspect.
+#: Metrics that make a component a suspect. ``malloc/in_use_bytes`` (where glibc has
+#: ``mallinfo2``): a native leak of a few KiB per call is served from heap the process
+#: freed before (RLlib's setup leaves megabytes of it), so rss stays flat over the
+#: calls judged while malloc's bytes in use grow by every byte kept.
 JUDGED = (
     "tracemalloc/filtered_bytes",
     "process/rss_bytes",
+    "malloc/in_use_bytes",
     "process/num_fds",
     "objects/total_count",
 )
@@ -310,6 +317,8 @@ def check_rllib_leaks(
 
     config, runner, built = _runner(target)
     probes: dict[str, dict[str, Any]] = {"process": {}}
+    if malloc_supported():
+        probes["malloc"] = {}
     if objects:
         probes["objects"] = {"top": 30}
     checks: dict[str, ComponentCheck] = {}

@@ -93,6 +93,13 @@ def _python(sites: Sequence[str], types: Sequence[str]) -> tuple[str, tuple[str,
     return "python", (*sites, *types), note
 
 
+def _blocks_per_step(by_metric: Mapping[str, _Judged]) -> float | None:
+    """Python's live blocks' growth per step (``gc/allocated_blocks``), None when not
+    counted."""
+    blocks = by_metric.get(BLOCKS)
+    return None if blocks is None or blocks.status == "insufficient" else blocks.slope_per_step
+
+
 def _grows(v: _Judged | None, than: float = 0.0) -> bool:
     """``v`` grows (a leak, or slightly) at no less than ``than`` per step."""
     return v is not None and v.status in ("leak", "slight") and v.slope_per_step >= than
@@ -188,10 +195,14 @@ def classify(
     py = None if traced is not None else by_metric.get(FILTERED) or by_metric.get(TRACED)
     if _grows(py, 0.1 * rate):
         return _python(sites, types)
-    if traced is not None and traced.explains(rate):
-        kind, culprits, _ = _python(
-            (*(format_culprit(s) for s, _ in traced.sites), *sites), types)
-        return kind, culprits, f"{KINDS[kind].split(':')[0]}; {traced.describe(rate)}"
+    blocks = _blocks_per_step(by_metric)
+    # The windows, then the alarm's capture (its longer view tells a library's blocks
+    # in flight from what it keeps).
+    for seen in dict.fromkeys(e for e in windows if e.probe == "tracemalloc"):
+        if seen.explains(rate, blocks_per_step=blocks):
+            kind, culprits, _ = _python(
+                (*(format_culprit(s) for s, _ in seen.sites), *sites), types)
+            return kind, culprits, f"{KINDS[kind].split(':')[0]}; {seen.describe(rate)}"
     if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):
         return "mmap", (), KINDS["mmap"]
     in_use = by_metric.get("malloc/in_use_bytes")
@@ -211,6 +222,10 @@ def classify(
             if py is not None or traced is not None else None
         if held is not None:
             return held
+        if traced is not None and not types:
+            # Live blocks grow, but what survives the windows at the user's lines is
+            # too little to be the growth, and a library's survivors are not kept.
+            return _native(metric, rate, windows, traced.describe(rate))
         return "objects", tuple(types), KINDS["objects"]
     if traced is not None:
         return _native(metric, rate, windows, traced.describe(rate))

@@ -293,8 +293,9 @@ def analyze_samples(
     windows = tuple(e for p in ("tracemalloc", "memray")
                     if (e := _windows.window_evidence(series, prefix, p)) is not None)
     traced_keys = {key_of(prefix, m) for m in (_kinds.FILTERED, _kinds.TRACED)}
-    if not any(e.probe == "tracemalloc" for e in windows) and not traced_keys & set(series):
-        # The cheap probes alone: what the alarm's capture traced is the evidence.
+    if any(e.probe == "tracemalloc" for e in windows) or not traced_keys & set(series):
+        # What the alarm's capture traced: the evidence where the cheap probes alone ran,
+        # and the longer view beside short windows.
         captured = _windows.capture_evidence(samples, prefix)
         if captured is not None:
             windows = (*windows, captured)

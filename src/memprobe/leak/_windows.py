@@ -43,7 +43,7 @@ _MIN_SITE_SHARE = 0.01
 
 #: The probes' windowed metrics (without prefix) the evidence is read from.
 WINDOW_KEYS = (
-    "tracemalloc/window_active", "tracemalloc/survivors_bytes",
+    "tracemalloc/window_active", "tracemalloc/survivors_bytes", "tracemalloc/survivors_count",
     "memray/window_active", "memray/survivors_bytes",
 )
 #: The per-site sections of the windowed probes.
@@ -82,21 +82,37 @@ class WindowEvidence:
     sites: tuple[tuple[str, float], ...] = ()
     #: ``"window"`` (the probe's own windows) or ``"capture"`` (the alarm's capture).
     source: str = "window"
+    #: Median blocks surviving a window, per step traced (0 when not counted).
+    count_per_step: float = 0.0
 
     @property
     def user_per_step(self) -> float:
         """Bytes per step surviving at the user's own sites."""
         return sum(b for s, b in self.sites if not is_library_site(s))
 
-    def explains(self, rate_per_step: float, share: float = 0.25) -> bool:
-        """Whether what survives the windows accounts for a growth of ``rate_per_step``:
-        at the user's sites, at least ``share`` of it (a library's blocks in flight,
-        episodes not yet returned, survive every window of a healthy process too);
-        at any site, all of it."""
+    def explains(self, rate_per_step: float, share: float = 0.25,
+                 blocks_per_step: float | None = None) -> bool:
+        """Whether what survives accounts for a growth of ``rate_per_step``.
+
+        At the user's sites: at least ``share`` of it. At a library's sites alone, the
+        survivors may be the library's blocks in flight (episodes not yet returned):
+        they survive every short window of a healthy process too, and are given back
+        later. What a library keeps stays alive, so Python's live blocks
+        (``blocks_per_step``: ``gc/allocated_blocks``' growth per step) grow by at
+        least ``share`` of the blocks that survive each window; blocks in flight leave
+        their count level. Then at least ``share`` of the growth explains it. Without
+        a count of live blocks (None), or in the alarm's capture (its longer view holds
+        what is in flight as a small share per step), all of it must survive."""
         rate = max(rate_per_step, 1.0)
         if self.probe != "tracemalloc":
             return self.survivors_per_step >= share * rate
-        return self.user_per_step >= share * rate or self.survivors_per_step >= rate
+        if self.user_per_step >= share * rate:
+            return True
+        if (self.source == "window" and blocks_per_step is not None
+                and self.count_per_step > 0):
+            kept = blocks_per_step >= share * self.count_per_step
+            return kept and self.survivors_per_step >= share * rate
+        return self.survivors_per_step >= rate
 
     def describe(self, rate_per_step: float) -> str:
         """What the kind rests on, in a few words."""
@@ -153,12 +169,14 @@ def window_evidence(series: Series, prefix: str, probe: str = "tracemalloc",
     ranked = [(s, statistics.median(v + [0.0] * (len(closes) - len(v))) / w)
               for s, v in sizes.items() if len(v) >= need]
     per_step = statistics.median(list(total[1])[-_WINDOWS:]) / w
+    counts = series.get(make_key(prefix, probe, "survivors_count"))
+    count = statistics.median(list(counts[1])[-_WINDOWS:]) / w if counts and len(counts[1]) else 0.0
     # A site holding a sliver of what survives is what happened to be alive as the
     # window closed (the loop's counter at the ``for`` line), not a culprit.
     floor = max(0.0, _MIN_SITE_SHARE * per_step)
     ranked = [r for r in ranked if r[1] > floor]
     ranked.sort(key=lambda r: (is_library_site(r[0]), -r[1]))
-    return WindowEvidence(probe, len(closes), w, per_step, tuple(ranked))
+    return WindowEvidence(probe, len(closes), w, per_step, tuple(ranked), count_per_step=count)
 
 
 def capture_evidence(samples: Sequence[Any], prefix: str) -> WindowEvidence | None:

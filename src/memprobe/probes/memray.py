@@ -36,8 +36,9 @@ _NATIVE_NAME_CHARS = 80
 _TRACEMALLOC_OWN = frozenset({"raw_malloc", "raw_realloc", "raw_calloc"})
 #: Python frames read per record to find the user's line above a library's.
 _PYTHON_FRAMES = 16
-#: The interpreter's allocator entry points: a native site names the function that called them.
-_PY_ALLOCATOR = re.compile(r"_?Py(Mem|Object)_(Raw)?(Malloc|Calloc|Realloc)")
+#: The interpreter's allocator entry points, and tracemalloc's hooks on them while it
+#: traces (``tracemalloc_alloc``): a native site names the function that called them.
+_PY_ALLOCATOR = re.compile(r"_?Py(Mem|Object)_(Raw)?(Malloc|Calloc|Realloc)|tracemalloc_\w+")
 
 
 def _memray() -> Any:
@@ -122,6 +123,44 @@ def read_sites(path: str, *, native: bool = False) -> list[NativeSite]:
     return [NativeSite(site, size, count) for site, (size, count) in ranked]
 
 
+#: Seconds a child interpreter may take to read a window's capture file.
+_READ_TIMEOUT_SECONDS = 600.0
+#: The child's program: :func:`read_sites` on ``argv[1]``, with the parent's ``sys.path``
+#: (``argv[3]``, JSON) so that sites are named as the parent names them.
+_READER = ("import json, sys\n"
+           "sys.path[:] = json.loads(sys.argv[3])\n"
+           "from memprobe.probes.memray import read_sites\n"
+           "sites = read_sites(sys.argv[1], native=sys.argv[2] == '1')\n"
+           "print(json.dumps([[s.site, s.size_bytes, s.count] for s in sites]))\n")
+
+
+def read_sites_apart(path: str, *, native: bool = False) -> list[NativeSite]:
+    """:func:`read_sites` in a child interpreter. Naming the C functions loads the symbols
+    of every library mapped (some 350 MiB with torch, measured in
+    tests/native/test_memray_reader.py), and the reader keeps them: in this process they
+    would stay in the resident size that memprobe judges as the user's memory. Reads in
+    this process when no interpreter can be started (``sys.executable`` unset)."""
+    import json
+    import subprocess
+    import sys
+
+    if not sys.executable:
+        return read_sites(path, native=native)
+    root = os.path.dirname(_MEMPROBE_DIR)  # the memprobe this process imported, first
+    search = [root, *(p for p in sys.path if p != root)]
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _READER, path, "1" if native else "0", json.dumps(search)],
+            capture_output=True, text=True, timeout=_READ_TIMEOUT_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ProbeError("memray", f"reading the capture file {path} failed: {exc}") from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ProbeError("memray", f"reading the capture file {path} failed: {last}")
+    return [NativeSite(str(site), int(size), int(count))
+            for site, size, count in json.loads(out.stdout)]
+
+
 class MemrayWindow:
     """One memray tracking window of this process, written to a capture file.
 
@@ -194,7 +233,9 @@ class MemrayWindow:
         path = self.path
         assert path is not None
         try:
-            return read_sites(path, native=self.native_traces)
+            if self.native_traces:  # the symbols' memory stays in the child
+                return read_sites_apart(path, native=True)
+            return read_sites(path, native=False)
         finally:
             if self.keep_dir is None:
                 try:

@@ -1,0 +1,89 @@
+"""Regression tests for issue 24 (the kind in windowed mode): a library's blocks in flight
+(RLlib's episodes not yet returned) survive every short tracing window of a healthy
+process too; they must not make a native leak "python" at the library's sites, while a
+library that keeps what it allocates (no frame of the user's on its stack) stays python.
+
+Real programs in fresh interpreters: ``json.loads`` run by a thread pool's worker (a
+stack of the standard library's alone), its documents kept for a few steps and then
+given back (in flight) or kept for good (a library's leak); a C ``malloc`` through
+ctypes never freed (native)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from test_culprit_windows import NATIVE_HELPER
+
+PROGRAM = """\
+import collections, concurrent.futures, json
+import nativehelper
+DOC = json.dumps([{{"item": i, "name": f"item {{i}}"}} for i in range(150)])
+POOL = concurrent.futures.ThreadPoolExecutor(1)
+IN_FLIGHT = collections.deque(maxlen=8)   # given back 8 steps later
+KEPT = []
+def step():
+    docs = [f.result() for f in [POOL.submit(json.loads, DOC) for _ in range({docs})]]
+    {keep}
+    {native}
+"""
+
+RUNNER = """
+import json, sys
+import memprobe
+mod = __import__(sys.argv[1])
+probes = {"process": {}, "gc": {"blocks": True},
+          "tracemalloc": {"window_steps": 1, "period_steps": 5, "top": 10}}
+with memprobe.Prober(probes, load_entrypoints=False,
+                     sink=memprobe.JsonlSink(sys.argv[2])) as prober:
+    for i in range(200):
+        mod.step()
+        prober.sample(step=i)
+    v = prober.report().get("process/rss_bytes")
+print(json.dumps({"status": v.status, "kind": v.kind, "culprits": list(v.culprits),
+                  "note": v.note}))
+"""
+
+
+def _run(tmp_path: Path, name: str, **parts: str) -> tuple[dict, Path]:
+    (tmp_path / "nativehelper.py").write_text(NATIVE_HELPER)
+    (tmp_path / f"{name}.py").write_text(PROGRAM.format(**parts))
+    (tmp_path / "runner.py").write_text(RUNNER)
+    path = tmp_path / f"{name}.jsonl"
+    out = subprocess.run([sys.executable, "runner.py", name, str(path)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1]), path
+
+
+def _report(path: Path) -> dict:
+    out = subprocess.run([sys.executable, "-m", "memprobe", "report", "--json", str(path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    return json.loads(out.stdout)
+
+
+def test_a_librarys_blocks_in_flight_do_not_make_a_native_leak_python(tmp_path: Path) -> None:
+    """32 KiB malloc'ed per step, never freed; json's documents (some 40 KiB a step, more
+    than the growth) survive each window and are given back 8 steps later."""
+    rss, path = _run(tmp_path, "inflight_native", docs="3",
+                     keep="IN_FLIGHT.append(docs)",
+                     native="KEPT.append(nativehelper.make_buffer(32768))")
+    assert rss["status"] == "leak", rss
+    assert rss["kind"] == "native", rss
+    library = ("json/", "concurrent/", "threading")
+    assert not any(c.startswith(library) for c in rss["culprits"]), rss
+    assert "native_traces" in rss["note"], rss  # the way to the C stack
+    text = json.dumps(_report(path))
+    assert "native" in text and "json/decoder.py" not in text, text
+
+
+def test_a_python_leak_inside_a_library_stays_python(tmp_path: Path) -> None:
+    """json's documents kept for good, made on a stack with no frame of the user's: the
+    library's line is named, and the note says the user's frame was not reached."""
+    rss, _path = _run(tmp_path, "library_keeps", docs="2", keep="KEPT.append(docs)",
+                      native="pass")
+    assert rss["status"] == "leak" and rss["kind"] == "python", rss
+    assert rss["culprits"] and rss["culprits"][0].startswith("json/"), rss
