@@ -353,6 +353,24 @@ class LeakState:
                 added.append(name)
         return added
 
+    def ranked_culprits(self) -> list[tuple[str, float]]:
+        """The culprits with the rates their keys carry, fastest first. A library's line or
+        type (the windows' survivors of RLlib's episodes in flight, a ``dict``) is context
+        beside the user's own culprits: its rate is held to theirs, the slowest of them, so
+        that the user's line comes first by rate as the verdicts rank it. (Each alarming
+        metric names its culprits at its own rate; a count's or a second metric's may be
+        the higher.)"""
+        def library(name: str) -> bool:
+            return (mkeys.is_library_site(name) if _is_site(name)
+                    else name not in ("native", "fds", "threads") and is_library_type(name))
+
+        own = [r for n, r in self.culprits.items() if not library(n)]
+        cap = min(own) if own else None
+        rates = [(n, min(r, cap) if cap is not None and library(n) else r)
+                 for n, r in self.culprits.items()]
+        order = {n: i for i, (n, _) in enumerate(rates)}
+        return sorted(rates, key=lambda c: (-c[1], library(c[0]), order[c[0]]))
+
     # -- as keys ------------------------------------------------------------------------
     def values(self, sample_keys: Any = ()) -> dict[str, float]:
         """The leak keys with the latest verdicts (the same keys at every call)."""
@@ -381,7 +399,7 @@ class LeakState:
         out[leak("hours_to_oom")] = -1.0 if hours is None else float(hours)
         if self.role == "env_runner" and self.index is not None:
             out[leak(f"env_runner_{self.index}")] = suspect
-        for name, rate in sorted(self.culprits.items(), key=lambda c: -c[1]):
+        for name, rate in self.ranked_culprits():
             out[mkeys.culprit_key(self.prefix, name)] = rate
         for name in self._dropped:
             out[mkeys.culprit_key(self.prefix, name)] = 0.0

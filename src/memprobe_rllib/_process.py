@@ -189,7 +189,7 @@ class ProcessProber:
         leak.refresh()
         judged = {mkeys.key_of(self.prober.prefix, m) for m in JUDGED}
         verdicts = {k: v for k, v in leak.latest.items() if k in judged}
-        culprits = sorted(leak.culprits, key=lambda c: -leak.culprits[c])
+        culprits = [name for name, _ in leak.ranked_culprits()]
         self.ray_sink.write_verdicts(verdicts, list(leak.alarmed), culprits)
 
     def leak_values(self) -> dict[str, float]:

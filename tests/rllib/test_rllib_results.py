@@ -351,3 +351,26 @@ def test_culprit_rates_never_rise_down_the_list_nor_sum_past_the_rate(sized, rat
     sized_total = sum(v for n, v in rates.items() if n != "T" and dict(sized)[n] > 0)
     assert sized_total <= rate * (1 + 1e-9) + 1e-6
     assert all(v >= 0 for v in values)
+
+
+def test_a_library_line_named_at_a_faster_metric_s_rate_comes_after_the_user_s():
+    """diagnose mode: the resident size's verdict names the user's line then a library
+    line (RLlib's episodes in flight); a count of live blocks, at a rate of its own, names
+    two library lines. Ranked by rate, the user's line must still come first (a Ray run
+    listed ``numpy_to_tensor.py:109`` and ``space_utils.py:399`` before it)."""
+    from memprobe import Verdict
+
+    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
+    user = "app.py:12--numpy/_core/numeric.py:232"
+    lib = ("ray/rllib/connectors/common/numpy_to_tensor.py:109",
+           "ray/rllib/utils/spaces/space_utils.py:399")
+    with pytest.warns(Warning, match="env_runner 1 leaks"):
+        leak.on_leak(Verdict("memprobe/gc/allocated_blocks", "leak", 90.0, 80.0, 99.0, 4e6,
+                             40, 0, unit="blocks", kind="python", culprits=lib))
+    leak.on_leak(Verdict("memprobe/process/rss_bytes", "leak", 4096.0, 2048.0, 8192.0, 1e6,
+                         40, 0, unit="bytes", kind="python", culprits=(user, lib[0])))
+    ranked = leak.ranked_culprits()
+    assert [n for n, _ in ranked] == [user, *lib], ranked
+    assert [r for _, r in ranked] == [1e6, 1e6, 1e6]
+    keys = [k for k in leak.values(()) if "/culprit/" in k]
+    assert keys[0].startswith("memprobe/leak/culprit/app.py:12"), keys
