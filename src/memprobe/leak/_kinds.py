@@ -132,19 +132,26 @@ def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
 
 
 def _held(metric: str, rate: float, windows: Sequence[WindowEvidence], holders: Sequence[str],
-          types: Sequence[str], traced: WindowEvidence | None,
+          types: Sequence[str], traced: WindowEvidence | None, grow: bool = True,
           ) -> tuple[str, tuple[str, ...], str] | None:
     """Native memory that retained objects own: live objects grow, Python's traced bytes
     do not account for the metric's growth, and a line of the user's makes objects that
     grow or survive (a kept ``torch.Tensor``'s storage, a C extension's buffers). Named
     by memray's sites when its windows ran, else by the user's lines and the types.
     None without a user's line: a library's blocks in flight (episodes not yet
-    returned) survive every window of a healthy process too, and hold nothing."""
+    returned) survive every window of a healthy process too, and hold nothing.
+    ``grow=False``: the live objects were not seen to grow (the count is too coarse for a
+    few objects per step), but the user's lines make objects that survive every window."""
     if traced is not None:
         holders = (*holders, *(format_culprit(s) for s, _ in traced.sites))
     sites = tuple(s for s in dict.fromkeys(holders) if not is_library_site(s))
     if not sites:
         return None
+    if not grow:  # the evidence after the way to the C stack, which a text report shows
+        kind, culprits, note = _native(metric, rate, windows,
+                                       "held by objects the user's lines make")
+        note += f"; {traced.describe(rate)}" if traced is not None else ""
+        return kind, culprits or (*sites[:5], *types), note
     why = ("retained objects hold it: live objects grow, Python's traced bytes do not "
            "account for the growth")
     if traced is not None:
@@ -228,7 +235,8 @@ def classify(
             return _native(metric, rate, windows, traced.describe(rate))
         return "objects", tuple(types), KINDS["objects"]
     if traced is not None:
-        return _native(metric, rate, windows, traced.describe(rate))
+        held = _held(metric, rate, windows, (), types, traced, grow=False)
+        return held or _native(metric, rate, windows, traced.describe(rate))
     if py is not None:
         return _native(metric, rate, windows, "rss grew but tracemalloc's traced bytes did not "
                        f"({py.slope_per_step:+.4g}/step)")
