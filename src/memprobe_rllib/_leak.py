@@ -205,6 +205,9 @@ class LeakState:
         self.judged: tuple[str, ...] | None = None
         self.prober: Any = None
         self._seen_report: Any = None
+        # Culprits a bytes metric's verdict named: their rates (bytes per hour) rank
+        # them; a count's verdict (blocks, objects per hour) names its own at its rate.
+        self._by_bytes: set[str] = set()
 
     # -- fed by the Prober's alarm ------------------------------------------------------
     def on_leak(self, verdict: Any) -> None:
@@ -215,9 +218,19 @@ class LeakState:
         if names == ("native",) and getattr(verdict, "kind", None) is None:
             self._guessed.add("native")
         rate = float(verdict.rate_per_hour or 0.0)
+        # One spelling per culprit: a chain as the capture's names are kept (``a → b``).
+        names = tuple(dict.fromkeys(mkeys.format_culprit(n) if _is_site(n) else n
+                                    for n in names))
+        in_bytes = verdict.unit == "bytes"
         for name in names:
             if name in self.culprits or len(self.culprits) < MAX_CULPRITS:
-                self.culprits[name] = max(rate, self.culprits.get(name, 0.0))
+                if in_bytes and name not in self._by_bytes:
+                    # A rate in bytes replaces a count's, in the bytes verdict's order.
+                    self.culprits.pop(name, None)
+                    self.culprits[name] = rate
+                    self._by_bytes.add(name)
+                elif in_bytes or name not in self._by_bytes:
+                    self.culprits[name] = max(rate, self.culprits.get(name, 0.0))
         if not self.warned:
             self.warned = True
             warn(self.describe(verdict, names), LeakWarning)
@@ -326,6 +339,8 @@ class LeakState:
                 for name in names:
                     if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
                         self.culprits[name] = rates[name]
+                        if v.unit == "bytes":
+                            self._by_bytes.add(name)
                         captured.append(name)
                 for name, r in rest.items():
                     if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
@@ -350,26 +365,32 @@ class LeakState:
         for name in names:
             if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
                 self.culprits[name] = rate
+                self._by_bytes.add(name)  # named in place of a bytes metric's "native"
                 added.append(name)
         return added
 
     def ranked_culprits(self) -> list[tuple[str, float]]:
-        """The culprits with the rates their keys carry, fastest first. A library's line or
-        type (the windows' survivors of RLlib's episodes in flight, a ``dict``) is context
-        beside the user's own culprits: its rate is held to theirs, the slowest of them, so
-        that the user's line comes first by rate as the verdicts rank it. (Each alarming
-        metric names its culprits at its own rate; a count's or a second metric's may be
-        the higher.)"""
+        """The culprits with the rates their keys carry, fastest first. The user's own
+        culprits that a bytes metric's verdict named come first: a library's line or type
+        (the windows' survivors of RLlib's episodes in flight, a ``dict``), or a name only
+        a count's verdict gave (its rate is in blocks or objects per hour, not bytes), is
+        context beside them, its rate held to the slowest of theirs. So the user's line
+        comes first by rate, as the verdicts rank it."""
         def library(name: str) -> bool:
             return (mkeys.is_library_site(name) if _is_site(name)
                     else name not in ("native", "fds", "threads") and is_library_type(name))
 
-        own = [r for n, r in self.culprits.items() if not library(n)]
+        bytes_named = any(n in self._by_bytes for n in self.culprits)
+
+        def context(name: str) -> bool:
+            return library(name) or (bytes_named and name not in self._by_bytes)
+
+        own = [r for n, r in self.culprits.items() if not context(n)]
         cap = min(own) if own else None
-        rates = [(n, min(r, cap) if cap is not None and library(n) else r)
+        rates = [(n, min(r, cap) if cap is not None and context(n) else r)
                  for n, r in self.culprits.items()]
         order = {n: i for i, (n, _) in enumerate(rates)}
-        return sorted(rates, key=lambda c: (-c[1], library(c[0]), order[c[0]]))
+        return sorted(rates, key=lambda c: (-c[1], context(c[0]), order[c[0]]))
 
     # -- as keys ------------------------------------------------------------------------
     def values(self, sample_keys: Any = ()) -> dict[str, float]:
