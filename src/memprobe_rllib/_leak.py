@@ -49,6 +49,11 @@ JUDGED = (
 )
 #: Culprit keys a process may add (bounded: one key per name, never reused).
 MAX_CULPRITS = 3
+#: A library's culprit beside the user's is held to this share of their slowest rate.
+_CONTEXT_SHARE = 0.5
+#: Culprits of equal rates are ranked in the verdicts' order, each at this share of
+#: the one before it.
+_TIE_SHARE = 0.999
 #: A Python site is named for a bytes leak when the bytes that survive a
 #: tracing window are at least this share of the metric's growth per sample.
 _PYTHON_SHARE = 0.25
@@ -386,11 +391,20 @@ class LeakState:
             return library(name) or (bytes_named and name not in self._by_bytes)
 
         own = [r for n, r in self.culprits.items() if not context(n)]
-        cap = min(own) if own else None
+        cap = _CONTEXT_SHARE * min(own) if own else None
         rates = [(n, min(r, cap) if cap is not None and context(n) else r)
                  for n, r in self.culprits.items()]
         order = {n: i for i, (n, _) in enumerate(rates)}
-        return sorted(rates, key=lambda c: (-c[1], context(c[0]), order[c[0]]))
+        ranked = sorted(rates, key=lambda c: (-c[1], context(c[0]), order[c[0]]))
+        # Strictly slower down the list: RLlib keeps a key's place once logged, so a
+        # reader ranking the keys by value would otherwise break a tie by when each
+        # was first logged, not by the verdicts' order.
+        out: list[tuple[str, float]] = []
+        for name, rate in ranked:
+            if out and rate >= out[-1][1]:
+                rate = out[-1][1] * _TIE_SHARE
+            out.append((name, rate))
+        return out
 
     # -- as keys ------------------------------------------------------------------------
     def values(self, sample_keys: Any = ()) -> dict[str, float]:

@@ -371,7 +371,8 @@ def test_a_library_line_named_at_a_faster_metric_s_rate_comes_after_the_user_s()
                          40, 0, unit="bytes", kind="python", culprits=(user, lib[0])))
     ranked = leak.ranked_culprits()
     assert ranked[0][0] == user and {n for n, _ in ranked[1:]} == set(lib), ranked
-    assert [r for _, r in ranked] == [1e6, 1e6, 1e6]
+    rates = [r for _, r in ranked]
+    assert rates[0] == 1e6 and rates[1] <= 0.5e6 and rates[2] < rates[1], ranked
     keys = [k for k in leak.values(()) if "/culprit/" in k]
     assert keys[0].startswith("memprobe/leak/culprit/app.py:12"), keys
 
@@ -393,4 +394,5 @@ def test_a_count_s_culprit_comes_after_the_bytes_verdict_s_and_a_chain_is_spelt_
     leak.on_leak(Verdict("memprobe/objects/total_count", "leak", 9.0, 8.0, 9.9, 5e7,
                          40, 0, unit="objects", kind="objects", culprits=("app.py:157",)))
     ranked = leak.ranked_culprits()
-    assert ranked == [("app.py:157 → re/_compiler.py:761", 1e6), ("app.py:157", 1e6)], ranked
+    assert [n for n, _ in ranked] == ["app.py:157 → re/_compiler.py:761", "app.py:157"], ranked
+    assert ranked[0][1] == 1e6 and 0.99e6 < ranked[1][1] < 1e6, ranked
