@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import memprobe
@@ -81,6 +81,14 @@ def survivor_sites(history: Sequence[Any], prefix: str,
     ranked = [(site, statistics.median(vs + [0.0] * (len(closed) - len(vs))))
               for site, vs in sizes.items() if len(vs) >= need]
     return sorted((r for r in ranked if r[1] > 0), key=lambda r: -r[1])
+
+
+def _native_stacks(names: Sequence[str]) -> list[str]:
+    """The culprits among ``names`` that are a native stack of the user's code: its line
+    down to a C function (``app.py:12 → leaky_alloc``), as reports show them."""
+    return [name for n in names
+            if _is_site(n) and not mkeys.is_library_site(n)
+            and ".py:" not in (name := mkeys.format_culprit(n)).rsplit(" → ", 1)[-1]]
 
 
 def is_library_type(name: str) -> bool:
@@ -213,6 +221,10 @@ class LeakState:
         # Culprits a bytes metric's verdict named: their rates (bytes per hour) rank
         # them; a count's verdict (blocks, objects per hour) names its own at its rate.
         self._by_bytes: set[str] = set()
+        # The user's native stacks down to a C function that the latest memray window
+        # saw surviving, largest first: its close may have left the history (200
+        # samples) long before the alarm, when the overhead budget spaces windows out.
+        self._native_stacks: tuple[str, ...] = ()
 
     # -- fed by the Prober's alarm ------------------------------------------------------
     def on_leak(self, verdict: Any) -> None:
@@ -220,6 +232,8 @@ class LeakState:
         self._raise(verdict)
         history = self.prober.history if self.prober is not None else ()
         names = culprits_of(verdict, history, self.prefix)
+        if names == ("native",) and self._native_stacks:
+            names = self._native_stacks  # what the latest memray window saw kept
         if names == ("native",) and getattr(verdict, "kind", None) is None:
             self._guessed.add("native")
         rate = float(verdict.rate_per_hour or 0.0)
@@ -355,13 +369,31 @@ class LeakState:
             warn(f"memprobe_rllib: {who}: leak culprits found since the alarm: "
                  f"{', '.join(captured)}", LeakWarning)
 
+    def saw(self, values: Mapping[str, Any]) -> None:
+        """A sample's values: a memray window that closed in it gives the user's native
+        stacks it saw surviving (:attr:`_native_stacks`)."""
+        if mkeys.make_key(self.prefix, "memray", "window_seconds") not in values:
+            return
+        sizes: dict[str, float] = {}
+        for key, value in values.items():
+            found = mkeys.split_site_key(key, self.prefix)
+            if found is not None and found[0] == "memray" and found[1].section == "top" \
+                    and found[1].stat == "size_bytes":
+                sizes[found[1].name] = float(value)
+        stacks = _native_stacks(sorted(sizes, key=lambda n: -sizes[n]))
+        self._native_stacks = tuple(stacks[:MAX_CULPRITS])
+        if "native" in self.culprits and self._native_stacks:
+            self._replace_native(list(self._native_stacks))
+
     def _native_named(self, v: Any) -> list[str]:
         """Replace the culprit ``native`` (said at the alarm, before a memray window
-        closed) with the native stacks a native verdict now names: the user's line
-        down to the C function (``app.py:12 → leaky_alloc``)."""
-        names = [name for n in v.culprits
-                 if _is_site(n) and not mkeys.is_library_site(n)
-                 and ".py:" not in (name := mkeys.format_culprit(n)).rsplit(" → ", 1)[-1]]
+        closed) with the native stacks a native verdict now names, else those the
+        latest memray window saw: the user's line down to the C function
+        (``app.py:12 → leaky_alloc``)."""
+        return self._replace_native(_native_stacks(v.culprits) or list(self._native_stacks))
+
+    def _replace_native(self, names: list[str]) -> list[str]:
+        """``names`` in place of the culprit ``native`` (at its rate); those added."""
         if not names:
             return []
         rate = self.culprits.pop("native")

@@ -174,6 +174,7 @@ class ProcessProber:
     def sample(self, step: Any, force: bool = False) -> dict[str, Any]:
         """One sample; then the alarm's latest verdicts to the ray_metrics sink, if new."""
         values = self.prober.sample(step=step, force=force)
+        self.leak.saw(values)
         alarm = self.prober.alarm
         if self.ray_sink is not None and alarm is not None:
             latest = alarm.latest
