@@ -125,6 +125,16 @@ PROCESSES = {"env_runner 1": "env_runners/memprobe/leak/", "driver": "memprobe/d
              "learner 0": "memprobe/learner_0/leak/"}
 
 
+def live_culprits(keys: dict[str, Any]) -> list[str]:
+    """The culprits the live keys name (``culprit/<where>/rate_per_hour``), as a reader of
+    the results ranks them: by their rates, fastest first; a key at 0 (a guess the alarm's
+    capture replaced: RLlib keeps a key once logged) is left out."""
+    rates = {k[len("culprit/"):-len("/rate_per_hour")]: float(v) for k, v in keys.items()
+             if k.startswith("culprit/") and k.endswith("/rate_per_hour")}
+    ranked = sorted(rates, key=lambda n: -rates[n])
+    return [n for n in ranked if rates[n] > 0] or ranked
+
+
 def _leak_keys(result: dict[str, Any], head: str) -> dict[str, float]:
     if head.startswith("env_runners/"):
         source, head = result["env_runners"], head[len("env_runners/"):]
@@ -222,8 +232,7 @@ def judge_local(name: str, seed: int, iterations: int, mode: str) -> dict[str, A
                 alarm_at = i
             elif alarm_at is not None and not keys.get("suspect"):
                 held = False
-            culprits = [k[len("culprit/"):-len("/rate_per_hour")] for k in keys
-                        if k.startswith("culprit/")]
+            culprits = live_culprits(keys)
     pool.submit(runner.stop).result()
     pool.shutdown()
     row: dict[str, Any] = {
@@ -271,8 +280,7 @@ def judge_run(name: str, seed: int, iterations: int, baseline: float,
                 alarm_at = i
             elif alarm_at is not None and not keys.get("suspect"):
                 held = False
-            culprits = [k[len("culprit/"):-len("/rate_per_hour")] for k in keys
-                        if k.startswith("culprit/")]
+            culprits = live_culprits(keys)
         row["processes"][proc] = {"alarm_at": alarm_at, "held": alarm_at is not None and held,
                                   "culprits": culprits}
     row["logdir"] = logdir

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from .leak._verdicts import analyze_samples
     from .leaks import assert_no_leak
     from .leaks import check_leaks
+    from ._own import register_own
 
 from ._version import __version__ as __version__
 
@@ -112,6 +113,7 @@ _LAZY = {
     "analyze_samples": ".leak._verdicts",
     "assert_no_leak": ".leaks",
     "check_leaks": ".leaks",
+    "register_own": "._own",
 }
 
 
@@ -196,6 +198,7 @@ __all__ = [
     "parse_probes",
     "phase_growth",
     "read_samples",
+    "register_own",
     "sanitize_key",
     "shorten_path",
     "split_key",

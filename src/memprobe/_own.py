@@ -51,9 +51,15 @@ _roots: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def register(obj: Any) -> None:
-    """Count ``obj`` (a Prober, a capture: a memprobe instance that the user's code,
-    not a memprobe module, holds) and what it owns as memprobe's."""
+    """Count ``obj`` (a Prober, a capture, an adapter's per-process state: an instance
+    of memprobe's, memprobe_rllib's or memprobe_ray's that the user's code or a
+    framework, not a memprobe module, holds) and what it owns as memprobe's.
+    Public as :func:`memprobe.register_own`. Held weakly: it counts while it lives."""
     _roots.add(obj)
+
+
+#: The public name of :func:`register`.
+register_own = register
 
 
 def _is_own_module(name: str) -> bool:

@@ -61,6 +61,7 @@ class MemoryProbeCallback(RLlibCallback):
         self._steps = 0
         self._internal_errors = 0
         self._driver_step: Any = None
+        memprobe.register_own(self)  # held by RLlib; what it holds is memprobe's
 
     # -- configuration ---------------------------------------------------------------
     @classmethod
@@ -82,6 +83,10 @@ class MemoryProbeCallback(RLlibCallback):
         state = self.__dict__.copy()
         state.update(_env=None, _driver=None)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        memprobe.register_own(self)  # a copy made by unpickling, not by __init__
 
     # -- per-process Prober -----------------------------------------------------------
     @property

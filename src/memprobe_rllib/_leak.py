@@ -49,6 +49,11 @@ JUDGED = (
 )
 #: Culprit keys a process may add (bounded: one key per name, never reused).
 MAX_CULPRITS = 3
+#: A library's culprit beside the user's is held to this share of their slowest rate.
+_CONTEXT_SHARE = 0.5
+#: Culprits of equal rates are ranked in the verdicts' order, each at this share of
+#: the one before it.
+_TIE_SHARE = 0.999
 #: A Python site is named for a bytes leak when the bytes that survive a
 #: tracing window are at least this share of the metric's growth per sample.
 _PYTHON_SHARE = 0.25
@@ -166,6 +171,27 @@ def culprits_of(verdict: Any, history: Sequence[Any], prefix: str) -> tuple[str,
     return ()
 
 
+def culprit_rates(names: Sequence[str], rate: float, captured: Any) -> dict[str, float]:
+    """Each culprit's share of the metric's ``rate`` (per hour), in the order ``names``
+    ranks them: a line's share is its part of the bytes the alarm's capture saw kept at
+    the lines named (``captured``: its :class:`memprobe.capture.Culprits`); a name with no
+    size of its own (a type), or with no capture, gets the rate of the name before it.
+    The rates never rise down the list, so a reader ranking the culprit keys by their
+    values reads the order the verdict gave."""
+    sizes: dict[str, float] = {}
+    for site, size, _ in getattr(captured, "python_sites", ()) or ():
+        sizes[mkeys.format_culprit(site)] = float(size)
+    for native in getattr(captured, "native_sites", ()) or ():
+        sizes.setdefault(mkeys.format_culprit(native.site), float(native.size_bytes))
+    total = sum(sizes.get(n, 0.0) for n in names)
+    out: dict[str, float] = {}
+    previous = rate
+    for name in names:
+        share = rate * sizes[name] / total if total > 0 and sizes.get(name) else previous
+        out[name] = previous = min(share, previous)
+    return out
+
+
 class LeakState:
     """The alarm's latest verdicts for one process, as keys (see the module docstring)."""
 
@@ -192,6 +218,9 @@ class LeakState:
         self.judged: tuple[str, ...] | None = None
         self.prober: Any = None
         self._seen_report: Any = None
+        # Culprits a bytes metric's verdict named: their rates (bytes per hour) rank
+        # them; a count's verdict (blocks, objects per hour) names its own at its rate.
+        self._by_bytes: set[str] = set()
         # The user's native stacks down to a C function that the latest memray window
         # saw surviving, largest first: its close may have left the history (200
         # samples) long before the alarm, when the overhead budget spaces windows out.
@@ -208,9 +237,19 @@ class LeakState:
         if names == ("native",) and getattr(verdict, "kind", None) is None:
             self._guessed.add("native")
         rate = float(verdict.rate_per_hour or 0.0)
+        # One spelling per culprit: a chain as the capture's names are kept (``a → b``).
+        names = tuple(dict.fromkeys(mkeys.format_culprit(n) if _is_site(n) else n
+                                    for n in names))
+        in_bytes = verdict.unit == "bytes"
         for name in names:
             if name in self.culprits or len(self.culprits) < MAX_CULPRITS:
-                self.culprits[name] = max(rate, self.culprits.get(name, 0.0))
+                if in_bytes and name not in self._by_bytes:
+                    # A rate in bytes replaces a count's, in the bytes verdict's order.
+                    self.culprits.pop(name, None)
+                    self.culprits[name] = rate
+                    self._by_bytes.add(name)
+                elif in_bytes or name not in self._by_bytes:
+                    self.culprits[name] = max(rate, self.culprits.get(name, 0.0))
         if not self.warned:
             self.warned = True
             warn(self.describe(verdict, names), LeakWarning)
@@ -310,17 +349,21 @@ class LeakState:
                     self._dropped.update(n for n in self.culprits if n in self._guessed)
                     self.culprits.clear()
                     self._guessed.clear()
-                if self.culprits:  # a builtin or library type says little beside a named one
+                if self.culprits or any(_is_site(n) for n in names):
+                    # A builtin or library type says little beside a named line or type.
                     names = [n for n in names if _is_site(n) or not is_library_type(n)]
                 if v.kind == "objects":  # the retained type first, then the lines
                     names.sort(key=_is_site)
+                rates = culprit_rates(names, rate, getattr(alarm, "culprits", None))
                 for name in names:
                     if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
-                        self.culprits[name] = rate
+                        self.culprits[name] = rates[name]
+                        if v.unit == "bytes":
+                            self._by_bytes.add(name)
                         captured.append(name)
                 for name, r in rest.items():
                     if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
-                        self.culprits[name] = r
+                        self.culprits[name] = min(r, min(self.culprits.values(), default=r))
         if captured:
             who = self.role if self.index is None else f"{self.role} {self.index}"
             warn(f"memprobe_rllib: {who}: leak culprits found since the alarm: "
@@ -359,8 +402,41 @@ class LeakState:
         for name in names:
             if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:
                 self.culprits[name] = rate
+                self._by_bytes.add(name)  # named in place of a bytes metric's "native"
                 added.append(name)
         return added
+
+    def ranked_culprits(self) -> list[tuple[str, float]]:
+        """The culprits with the rates their keys carry, fastest first. The user's own
+        culprits that a bytes metric's verdict named come first: a library's line or type
+        (the windows' survivors of RLlib's episodes in flight, a ``dict``), or a name only
+        a count's verdict gave (its rate is in blocks or objects per hour, not bytes), is
+        context beside them, its rate held to the slowest of theirs. So the user's line
+        comes first by rate, as the verdicts rank it."""
+        def library(name: str) -> bool:
+            return (mkeys.is_library_site(name) if _is_site(name)
+                    else name not in ("native", "fds", "threads") and is_library_type(name))
+
+        bytes_named = any(n in self._by_bytes for n in self.culprits)
+
+        def context(name: str) -> bool:
+            return library(name) or (bytes_named and name not in self._by_bytes)
+
+        own = [r for n, r in self.culprits.items() if not context(n)]
+        cap = _CONTEXT_SHARE * min(own) if own else None
+        rates = [(n, min(r, cap) if cap is not None and context(n) else r)
+                 for n, r in self.culprits.items()]
+        order = {n: i for i, (n, _) in enumerate(rates)}
+        ranked = sorted(rates, key=lambda c: (-c[1], context(c[0]), order[c[0]]))
+        # Strictly slower down the list: RLlib keeps a key's place once logged, so a
+        # reader ranking the keys by value would otherwise break a tie by when each
+        # was first logged, not by the verdicts' order.
+        out: list[tuple[str, float]] = []
+        for name, rate in ranked:
+            if out and rate >= out[-1][1]:
+                rate = out[-1][1] * _TIE_SHARE
+            out.append((name, rate))
+        return out
 
     # -- as keys ------------------------------------------------------------------------
     def values(self, sample_keys: Any = ()) -> dict[str, float]:
@@ -390,8 +466,8 @@ class LeakState:
         out[leak("hours_to_oom")] = -1.0 if hours is None else float(hours)
         if self.role == "env_runner" and self.index is not None:
             out[leak(f"env_runner_{self.index}")] = suspect
+        for name, rate in self.ranked_culprits():
+            out[mkeys.culprit_key(self.prefix, name)] = rate
         for name in self._dropped:
             out[mkeys.culprit_key(self.prefix, name)] = 0.0
-        for name, rate in self.culprits.items():
-            out[mkeys.culprit_key(self.prefix, name)] = rate
         return out

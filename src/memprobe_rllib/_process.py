@@ -160,6 +160,10 @@ class ProcessProber:
         self.log = ResultLog(KeyKinds(lambda key: declared(self.prober, key), prefix),
                              site_keys=options.site_keys)
         self.last: dict[str, Any] = {}
+        # This state (the result log's cells, the latest values, the leak state) is held
+        # by RLlib's callback object, not by a memprobe module: counted as memprobe's,
+        # not the user's, by an objects count, a capture and a referrer walk.
+        memprobe.register_own(self)
 
     def start(self) -> ProcessProber:
         self.prober.start()
@@ -186,7 +190,7 @@ class ProcessProber:
         leak.refresh()
         judged = {mkeys.key_of(self.prober.prefix, m) for m in JUDGED}
         verdicts = {k: v for k, v in leak.latest.items() if k in judged}
-        culprits = sorted(leak.culprits, key=lambda c: -leak.culprits[c])
+        culprits = [name for name, _ in leak.ranked_culprits()]
         self.ray_sink.write_verdicts(verdicts, list(leak.alarmed), culprits)
 
     def leak_values(self) -> dict[str, float]:

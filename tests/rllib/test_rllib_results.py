@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytest.importorskip("ray.rllib")
 
@@ -290,3 +292,107 @@ def test_a_guessed_native_culprit_replaced_by_the_capture_is_logged_as_zero():
     named = check(kind="python", culprits=("app.py:12",))
     assert named[line] == 2.0**30
     assert named[native] == 0.0
+
+
+def test_the_captured_culprits_rates_follow_the_order_the_verdict_gives():
+    """The capture names the user's line (most of what it kept), a second line and a
+    library type: the type is left out beside a named line, each line gets its share of
+    the rate by the bytes the capture saw kept, and the keys come fastest first (the
+    guess it replaced at 0, after them)."""
+    from memprobe import Prober, Report, Verdict
+
+    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
+    prober = Prober(probes=["process"], on_leak=leak.on_leak, leak_confirmations=1,
+                    capture_on_leak=False)
+    leak.prober = prober
+    prober.alarm.evidence_samples = 1
+    key = "memprobe/process/rss_bytes"
+    rate = 2.0**30
+
+    def check(**fields):
+        v = Verdict(key, "leak", 4096.0, 2048.0, 8192.0, rate, 40, 0, unit="bytes", **fields)
+        new_evidence(prober.alarm)
+        prober.alarm.check(Report({key: v}, prefix="memprobe"))
+        return leak.values([key])
+
+    with pytest.warns(Warning, match="env_runner 1 leaks"):
+        check()
+    # What a capture would have found: the user's line kept 3/4 of the bytes.
+    from memprobe.capture import Culprits
+    from memprobe.leak._alarm_capture import AlarmCapture
+
+    capture = AlarmCapture({})
+    capture.culprits = Culprits(python_sites=(("app.py:12--numpy/_core/numeric.py:232", 3000, 3),
+                                              ("app.py:30", 1000, 9)))
+    prober.alarm._capture = capture
+    with pytest.warns(Warning, match="culprits found since the alarm"):
+        out = check(kind="python", culprits=("app.py:12--numpy/_core/numeric.py:232",
+                                             "ray.rllib.utils.metrics.stats.mean.MeanStats",
+                                             "app.py:30"))
+    culprits = [(k.split("/culprit/")[1].rsplit("/", 1)[0], v) for k, v in out.items()
+                if "/culprit/" in k]
+    assert culprits == [("app.py:12_numpy/_core/numeric.py:232", 0.75 * rate),
+                        ("app.py:30", 0.25 * rate), ("native", 0.0)], culprits
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a.py:1", "b.py:2", "c.py:3", "T", "d.py:4"]),
+                          st.integers(0, 10**6)), max_size=6, unique_by=lambda t: t[0]),
+       st.floats(0, 1e12))
+def test_culprit_rates_never_rise_down_the_list_nor_sum_past_the_rate(sized, rate):
+    from memprobe.capture import Culprits
+    from memprobe_rllib._leak import culprit_rates
+
+    names = [n for n, _ in sized]
+    captured = Culprits(python_sites=tuple((n, b, 1) for n, b in sized if n != "T"))
+    rates = culprit_rates(names, rate, captured)
+    assert list(rates) == names
+    values = list(rates.values())
+    assert all(a >= b for a, b in zip(values, values[1:]))
+    sized_total = sum(v for n, v in rates.items() if n != "T" and dict(sized)[n] > 0)
+    assert sized_total <= rate * (1 + 1e-9) + 1e-6
+    assert all(v >= 0 for v in values)
+
+
+def test_a_library_line_named_at_a_faster_metric_s_rate_comes_after_the_user_s():
+    """diagnose mode: the resident size's verdict names the user's line then a library
+    line (RLlib's episodes in flight); a count of live blocks, at a rate of its own, names
+    two library lines. Ranked by rate, the user's line must still come first (a Ray run
+    listed ``numpy_to_tensor.py:109`` and ``space_utils.py:399`` before it)."""
+    from memprobe import Verdict
+
+    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
+    user = "app.py:12 → numpy/_core/numeric.py:232"
+    lib = ("ray/rllib/connectors/common/numpy_to_tensor.py:109",
+           "ray/rllib/utils/spaces/space_utils.py:399")
+    with pytest.warns(Warning, match="env_runner 1 leaks"):
+        leak.on_leak(Verdict("memprobe/gc/allocated_blocks", "leak", 90.0, 80.0, 99.0, 4e6,
+                             40, 0, unit="blocks", kind="python", culprits=lib))
+    leak.on_leak(Verdict("memprobe/process/rss_bytes", "leak", 4096.0, 2048.0, 8192.0, 1e6,
+                         40, 0, unit="bytes", kind="python", culprits=(user, lib[0])))
+    ranked = leak.ranked_culprits()
+    assert ranked[0][0] == user and {n for n, _ in ranked[1:]} == set(lib), ranked
+    rates = [r for _, r in ranked]
+    assert rates[0] == 1e6 and rates[1] <= 0.5e6 and rates[2] < rates[1], ranked
+    keys = [k for k in leak.values(()) if "/culprit/" in k]
+    assert keys[0].startswith("memprobe/leak/culprit/app.py:12"), keys
+
+
+def test_a_count_s_culprit_comes_after_the_bytes_verdict_s_and_a_chain_is_spelt_once():
+    """diagnose, regex: a count of live blocks names the user's line alone at its rate in
+    blocks per hour (higher than the bytes'); the resident size names the chain down to
+    the library. The chain, which a bytes verdict named, comes first; and the chain a
+    verdict gives as ``a--b`` and the capture as ``a → b`` is one culprit, not two."""
+    from memprobe import Verdict
+
+    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
+    chain = "app.py:157--re/_compiler.py:761"
+    with pytest.warns(Warning, match="env_runner 1 leaks"):
+        leak.on_leak(Verdict("memprobe/gc/allocated_blocks", "leak", 90.0, 80.0, 99.0, 4e7,
+                             40, 0, unit="blocks", kind="python", culprits=("app.py:157",)))
+    leak.on_leak(Verdict("memprobe/process/rss_bytes", "leak", 4096.0, 2048.0, 8192.0, 1e6,
+                         40, 0, unit="bytes", kind="python", culprits=(chain, "app.py:157")))
+    leak.on_leak(Verdict("memprobe/objects/total_count", "leak", 9.0, 8.0, 9.9, 5e7,
+                         40, 0, unit="objects", kind="objects", culprits=("app.py:157",)))
+    ranked = leak.ranked_culprits()
+    assert [n for n, _ in ranked] == ["app.py:157 → re/_compiler.py:761", "app.py:157"], ranked
+    assert ranked[0][1] == 1e6 and 0.99e6 < ranked[1][1] < 1e6, ranked

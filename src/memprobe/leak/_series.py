@@ -12,6 +12,8 @@ from . import _kinds, _windows
 
 #: The forecast a live leak check records in the next sample (:meth:`LeakAlarm.check_values`).
 FORECAST = "leak/hours_to_oom"
+#: What the alarm's capture gave back to the system when it closed (its line's key).
+RELEASED = "capture/released_bytes"
 
 
 def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
@@ -57,9 +59,17 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
     these, so a Prober that fills its history is not the user's leak. Also returns
     that own memory at each sample, and the latest of what the checks kept.
 
+    The alarm's capture holds memory while it is open (tracemalloc's traces, the
+    snapshot) and frees it when it closes; it then gives the heap's free pages back
+    to the system (:data:`RELEASED`, on its line), else the process would reuse them
+    unseen and a leak would look levelled off for as long. The resident sizes after
+    that line are judged plus what it released, as if the capture's memory were still
+    held: the drop is memprobe's, not the program's.
+
     :param carry: for a series read in parts (a live alarm reads the samples new
         since its last check): ``[samples read before, tracemalloc's own memory, the
-        checks' own memory]``, read at the start and updated at the end.
+        checks' own memory, the captures' released memory]``, read at the start and
+        updated at the end.
     """
     out: dict[str, tuple[array[float], array[float], array[float]]] = {}
     overhead_key = make_key(prefix, "tracemalloc", "overhead_bytes")
@@ -67,7 +77,8 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
     filtered_key = key_of(prefix, _kinds.FILTERED)
     resident = {make_key(prefix, "process", m) for m in _kinds.RESIDENT}
     checks_key = make_key(prefix, "overhead", "check_retained_bytes")
-    first, traced_own, checks_own = carry if carry is not None else (0.0, 0.0, 0.0)
+    released_key = key_of(prefix, RELEASED)
+    first, traced_own, checks_own, released = carry if carry is not None else (0.0,) * 4
     own = traced_own + checks_own
     i = int(first) - 1
     owns: array[float] = array("d")
@@ -82,6 +93,8 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
         if checks_key in values:
             checks_own = float(values[checks_key])
             own = traced_own + checks_own
+        if released_key in values:
+            released += float(values[released_key])
         owns.append(own)
         for k, v in values.items():
             t = out.get(k)
@@ -91,10 +104,10 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
                 # Unboxed columns: a check's memory is 24 bytes per point judged.
                 t = out[k] = (array("d"), array("d"), array("d"))
             t[0].append(x)
-            t[1].append(float(v) - own if k in resident else float(v))
+            t[1].append(float(v) - own + released if k in resident else float(v))
             t[2].append(s.time_seconds)
     if carry is not None:
-        carry[:] = [float(i + 1), traced_own, checks_own]
+        carry[:] = [float(i + 1), traced_own, checks_own, released]
     return out, owns, checks_own
 
 
