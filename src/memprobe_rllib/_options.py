@@ -28,6 +28,13 @@ TRIGGERS = ("episode", "sample")
 #: per ``DIAGNOSE_PERIOD`` episodes and at most once per ``DIAGNOSE_OBJECTS_SECONDS``.
 #: docs/rllib.md has the cost of each mode.
 DIAGNOSE_PERIOD = 25
+#: tracemalloc's windows also run at most this fraction of wall time (the next
+#: window waits, past ``DIAGNOSE_PERIOD`` episodes, until the last one's time is
+#: this fraction of the time since it opened). Tracing with 4 frames slows an
+#: EnvRunner's episodes about 8-fold while it runs, so one traced episode in 25
+#: cost some 15% of env steps/s; held to 4% of the time, tracing costs at most
+#: 4% x (1 - 1/8) = 3.5% (docs/rllib.md, "Cost of each mode").
+DIAGNOSE_TRACING_FRACTION = 0.04
 #: The objects probe's walk of the heap takes tenths of a second in an EnvRunner:
 #: once per two minutes is about half a percent of wall time. The budget alone
 #: would give it what the cheaper probes leave, some 2%; the type of a leak is
@@ -37,12 +44,15 @@ DIAGNOSE_OBJECTS_SECONDS = 120.0
 #: time), unless ``budget=`` is set: a probe whose samples cost more runs less
 #: often (the objects probe walks the whole heap: tenths of a second in an EnvRunner).
 DIAGNOSE_BUDGET = 0.03
+#: tracemalloc comes last: a Prober runs its probes in this order, so a window opens
+#: after the other probes' work (the objects probe's heap walk) and traces the episode.
 DIAGNOSE_PROBES: Mapping[str, Mapping[str, Any]] = {
     "process": {},
     "gc": {"blocks": True},
-    "tracemalloc": {"window_steps": 1, "period_steps": DIAGNOSE_PERIOD, "top": 10},
     "objects": {"every": DIAGNOSE_PERIOD, "interval_seconds": DIAGNOSE_OBJECTS_SECONDS,
                 "top": 10},
+    "tracemalloc": {"window_steps": 1, "period_steps": DIAGNOSE_PERIOD, "top": 10,
+                    "max_tracing_fraction": DIAGNOSE_TRACING_FRACTION},
 }
 
 
