@@ -28,12 +28,12 @@ TRIGGERS = ("episode", "sample")
 #: per ``DIAGNOSE_PERIOD`` episodes and at most once per ``DIAGNOSE_OBJECTS_SECONDS``.
 #: docs/rllib.md has the cost of each mode.
 DIAGNOSE_PERIOD = 25
-#: tracemalloc's windows also run at most this fraction of wall time (the next
-#: window waits, past ``DIAGNOSE_PERIOD`` episodes, until the last one's time is
-#: this fraction of the time since it opened). Tracing with 4 frames slows an
-#: EnvRunner's episodes about 8-fold while it runs, so one traced episode in 25
-#: cost some 15% of env steps/s; held to 4% of the time, tracing costs at most
-#: 4% x (1 - 1/8) = 3.5% (docs/rllib.md, "Cost of each mode").
+#: tracemalloc's windows also run during at most this fraction of the process's CPU
+#: time (the next window waits, past ``DIAGNOSE_PERIOD`` episodes, until the last
+#: one's CPU time is this fraction of the CPU time since it opened). Tracing with 4
+#: frames slows an EnvRunner's episodes about 8-fold while it runs, so one traced
+#: episode in 25 cost some 15% of env steps/s; held to 4% of the work, tracing costs
+#: at most 4% x (1 - 1/8) = 3.5% (docs/rllib.md, "Cost of each mode").
 DIAGNOSE_TRACING_FRACTION = 0.04
 #: The objects probe's walk of the heap takes tenths of a second in an EnvRunner:
 #: once per two minutes is about half a percent of wall time. The budget alone

@@ -42,12 +42,15 @@ class TracemallocProbe:
     sample ``k*P + W`` the live traced blocks (allocated during the window and
     still alive) are grouped by site into ``survivors/<site>/...``, then
     tracing stops. Allocation runs at full speed the other ``P - W`` samples.
-    With ``max_tracing_fraction=f`` as well, a window that lasted ``d`` seconds
-    is followed by at least ``d / f - d`` seconds without tracing (the next
-    window waits for them, past ``P``): tracing runs at most ``f`` of the wall
-    time, so a loop that tracing slows by any factor ``s`` while it runs loses
-    at most ``f * (1 - 1/s)`` of its speed (in an RLlib EnvRunner, ``s`` is
-    about 8 with 4 frames: docs/rllib.md).
+    With ``max_tracing_fraction=f`` as well, a window that took ``d`` seconds
+    of the process's CPU time is followed by at least ``d / f - d`` CPU seconds
+    without tracing (the next window waits for them, past ``P``): tracing runs
+    during at most ``f`` of the process's work, so a loop that tracing slows by
+    any factor ``s`` while it runs loses at most ``f * (1 - 1/s)`` of its speed
+    (in an RLlib EnvRunner, ``s`` is about 8 with 4 frames: docs/rllib.md). CPU
+    time, not wall time: a process that waits between bursts of work (an
+    EnvRunner while the Learner trains) would otherwise have its waits count
+    as untraced work, and trace more of its work than ``f``.
 
     Sites are named where the user can act (``group_by="user"``, the default):
     the user's own line, then the library line that allocated
@@ -144,7 +147,7 @@ class TracemallocProbe:
         self.period_steps = period_steps
         self.max_tracing_fraction = max_tracing_fraction
         self._calls = 0
-        # perf_counter() at the open window's start, and the earliest the next may open.
+        # process_time() at the open window's start, and the earliest the next may open.
         self._opened_at = 0.0
         self._next_open_at = 0.0
         self.top = top
@@ -190,13 +193,13 @@ class TracemallocProbe:
     def _sample_windowed(self) -> dict[str, Any]:
         """Trace W of every P samples; at a window's end, name the surviving sites."""
         phase = self._calls % self.period_steps  # type: ignore[operator]
-        if phase == 0 and not self._active and time.perf_counter() < self._next_open_at:
+        if phase == 0 and not self._active and time.process_time() < self._next_open_at:
             return {"window_active": 0}  # the last window's pause (max_tracing_fraction)
         self._calls += 1
         out: dict[str, Any] = {"window_active": int(self._active)}
         if phase == 0 and not self._active:
             self._acquire()
-            self._opened_at = time.perf_counter()
+            self._opened_at = time.process_time()
             out["window_active"] = 1
         elif phase == self.window_steps and self._active:
             # Blocks traced now were allocated inside the window and outlived it.
@@ -204,7 +207,7 @@ class TracemallocProbe:
             stats = site_stats(self.group_by, self._filters)
             self._release()
             if self.max_tracing_fraction is not None:
-                now = time.perf_counter()
+                now = time.process_time()
                 self._next_open_at = (
                     self._opened_at + (now - self._opened_at) / self.max_tracing_fraction)
             out["window_active"] = 0
