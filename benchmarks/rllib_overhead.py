@@ -19,6 +19,10 @@ To add a variant, add an entry to ``variants()``: a name and a function that
 applies the callbacks to a config (e.g. a tracemalloc-always-on or windowed
 ``MemoryProbeCallback.configure(...)``).
 
+``--local`` runs the same pairs without a Ray cluster: each variant's runner is a
+local ``SingleAgentEnvRunner`` in a process of its own (``multiprocessing``,
+spawned), driven through a pipe, timed in that process as above.
+
 ``--train`` measures the whole ``Algorithm.train()`` iteration instead (PPO,
 1 remote EnvRunner, the Learner local to the algorithm, ``train_batch_size``
 1000): each variant's Algorithm is built inside a Ray actor of its own (the
@@ -86,6 +90,70 @@ def steps_per_second(runner: Any, steps: int) -> tuple[float, float]:
 
     wall, cpu = ray.get(runner.steps_per_second.remote(steps))
     return float(wall), float(cpu)
+
+
+class LocalRunner:
+    """A variant's ``SingleAgentEnvRunner`` in a spawned process of its own, no Ray
+    cluster; ``steps_per_second`` as :func:`steps_per_second`."""
+
+    def __init__(self, name: str) -> None:
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=_local_runner, args=(name, child), daemon=True)
+        self.process.start()
+
+    def steps_per_second(self, steps: int) -> tuple[float, float]:
+        self.conn.send(steps)
+        wall, cpu = self.conn.recv()
+        return float(wall), float(cpu)
+
+    def close(self) -> None:
+        self.conn.send(None)
+        self.process.join(timeout=60)
+
+
+def _local_runner(name: str, conn: Any) -> None:
+    """The loop of a :class:`LocalRunner`'s process."""
+    import warnings
+
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    warnings.simplefilter("ignore")
+    runner = SingleAgentEnvRunner(config=variants()[name](base_config()), worker_index=1,
+                                  num_workers=1)
+    while (steps := conn.recv()) is not None:
+        t0, c0 = time.perf_counter(), time.process_time()
+        episodes = runner.sample(num_timesteps=steps)
+        runner.get_metrics()
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        n = sum(len(e) for e in episodes)
+        conn.send((n / dt, n / dc))
+
+
+def measure_local(
+    names: list[str], pairs: int, steps: int, warmup: int = 3
+) -> tuple[dict[str, float], dict[str, float]]:
+    """:func:`measure_wall_cpu` with :class:`LocalRunner` runners (no Ray cluster)."""
+    runners = {n: LocalRunner(n) for n in ["none", *names]}
+    try:
+        for r in runners.values():
+            for _ in range(warmup):
+                r.steps_per_second(steps)
+        ratios: dict[str, list[float]] = {n: [] for n in names}
+        cpu: dict[str, list[float]] = {n: [] for n in names}
+        for i in range(pairs):
+            for n in names:
+                order = ["none", n] if i % 2 == 0 else [n, "none"]
+                got = {k: runners[k].steps_per_second(steps) for k in order}
+                ratios[n].append(got[n][0] / got["none"][0])
+                cpu[n].append(got[n][1] / got["none"][1])
+    finally:
+        for r in runners.values():
+            r.close()
+    return ({n: statistics.median(v) for n, v in ratios.items()},
+            {n: statistics.median(v) for n, v in cpu.items()})
 
 
 def _frames_diagnose(nframe: int) -> dict[str, Any]:
@@ -253,6 +321,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", default=None,
                         help="default: none_again default (with --train: none_again "
                              "diagnose_jsonl)")
+    parser.add_argument("--local", action="store_true",
+                        help="EnvRunners in processes of their own, no Ray cluster")
     parser.add_argument("--train", action="store_true",
                         help="time whole train() iterations (see the module's doc)")
     args = parser.parse_args()
@@ -273,10 +343,12 @@ def main() -> None:
             print(f"{n:<16}{ratio:>36.3f}")
         return
     load = os.getloadavg()[0]
-    result, cpu = measure_wall_cpu(args.variants or ["none_again", "default"], args.pairs,
-                                   args.steps)
+    measure_runners = measure_local if args.local else measure_wall_cpu
+    result, cpu = measure_runners(args.variants or ["none_again", "default"], args.pairs,
+                                  args.steps)
     print_table(result, args.pairs, args.steps, time.perf_counter() - t0,
-                f", load average {load:.1f} -> {os.getloadavg()[0]:.1f}", cpu=cpu)
+                f", load average {load:.1f} -> {os.getloadavg()[0]:.1f}"
+                + (", local runners (no Ray cluster)" if args.local else ""), cpu=cpu)
 
 
 def print_table(
