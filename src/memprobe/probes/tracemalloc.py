@@ -50,7 +50,8 @@ class TracemallocProbe:
     (in an RLlib EnvRunner, ``s`` is about 8 with 4 frames: docs/rllib.md). CPU
     time, not wall time: a process that waits between bursts of work (an
     EnvRunner while the Learner trains) would otherwise have its waits count
-    as untraced work, and trace more of its work than ``f``.
+    as untraced work, and trace more of its work than ``f``. The first window
+    (the process warming up) sets no pause.
 
     Sites are named where the user can act (``group_by="user"``, the default):
     the user's own line, then the library line that allocated
@@ -206,7 +207,10 @@ class TracemallocProbe:
             traced, _ = tracemalloc.get_traced_memory()
             stats = site_stats(self.group_by, self._filters)
             self._release()
-            if self.max_tracing_fraction is not None:
+            # The first window (the first samples after start, while the process warms
+            # up: first calls, caches filled) would set a pause out of scale with the rest.
+            first = self._calls == self.window_steps + 1
+            if self.max_tracing_fraction is not None and not first:
                 now = time.process_time()
                 self._next_open_at = (
                     self._opened_at + (now - self._opened_at) / self.max_tracing_fraction)
