@@ -86,7 +86,8 @@ def traced_share(probe: TracemallocProbe, steps: int, step_seconds: float,
 def test_max_tracing_fraction_bounds_the_work_traced():
     """One step traced in every two would be half the work; held to a fifth, the
     windows wait, and tracing runs during about a fifth of the work (never more than
-    a window over it), whatever the loop sleeps between steps."""
+    two windows over it: the first sets no pause), whatever the loop sleeps between
+    steps."""
     assert not tracemalloc.is_tracing()
     free, free_windows = traced_share(TracemallocProbe(window_steps=1, period_steps=2), 60, 0.005)
     held, held_windows = traced_share(
@@ -98,8 +99,8 @@ def test_max_tracing_fraction_bounds_the_work_traced():
         idle_every=4)
     assert not tracemalloc.is_tracing()
     assert free > 0.4, free
-    assert held <= 0.2 + 1 / 60, held
-    assert idle <= 0.1 + 1 / 60, idle
+    assert held <= 0.2 + 2 / 60, held
+    assert idle <= 0.1 + 2 / 60, idle
     assert held_windows >= 8 and free_windows >= 25, (held_windows, free_windows)
 
 
