@@ -44,15 +44,13 @@ DIAGNOSE_OBJECTS_SECONDS = 120.0
 #: time), unless ``budget=`` is set: a probe whose samples cost more runs less
 #: often (the objects probe walks the whole heap: tenths of a second in an EnvRunner).
 DIAGNOSE_BUDGET = 0.03
-#: tracemalloc comes last: a Prober runs its probes in this order, so a window opens
-#: after the other probes' work (the objects probe's heap walk) and traces the episode.
 DIAGNOSE_PROBES: Mapping[str, Mapping[str, Any]] = {
     "process": {},
     "gc": {"blocks": True},
-    "objects": {"every": DIAGNOSE_PERIOD, "interval_seconds": DIAGNOSE_OBJECTS_SECONDS,
-                "top": 10},
     "tracemalloc": {"window_steps": 1, "period_steps": DIAGNOSE_PERIOD, "top": 10,
                     "max_tracing_fraction": DIAGNOSE_TRACING_FRACTION},
+    "objects": {"every": DIAGNOSE_PERIOD, "interval_seconds": DIAGNOSE_OBJECTS_SECONDS,
+                "top": 10},
 }
 
 
