@@ -137,7 +137,8 @@ PROBE_OPTIONS = {
     "process": ["full", "fds", "pid"],
     "gc": ["collect"],
     "objects": ["top", "collect"],
-    "tracemalloc": ["top", "nframe", "group_by", "exclude", "window_steps", "period_steps"],
+    "tracemalloc": ["top", "nframe", "group_by", "exclude", "window_steps", "period_steps",
+                    "max_tracing_fraction"],
 }
 GUARD = ["every", "interval_seconds", "time_limit_seconds", "isolate", "max_keys"]
 probe_options = st.sampled_from(sorted(PROBE_OPTIONS)).flatmap(

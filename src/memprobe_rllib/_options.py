@@ -28,6 +28,13 @@ TRIGGERS = ("episode", "sample")
 #: per ``DIAGNOSE_PERIOD`` episodes and at most once per ``DIAGNOSE_OBJECTS_SECONDS``.
 #: docs/rllib.md has the cost of each mode.
 DIAGNOSE_PERIOD = 25
+#: tracemalloc's windows also run during at most this fraction of the process's CPU
+#: time (the next window waits, past ``DIAGNOSE_PERIOD`` episodes, until the last
+#: one's CPU time is this fraction of the CPU time since it opened). Tracing with 4
+#: frames slows an EnvRunner's episodes about 8-fold while it runs, so one traced
+#: episode in 25 cost some 15% of env steps/s; held to 6% of the work, tracing costs
+#: at most 6% x (1 - 1/8) = 5.3% (docs/rllib.md, "Cost of each mode").
+DIAGNOSE_TRACING_FRACTION = 0.06
 #: The objects probe's walk of the heap takes tenths of a second in an EnvRunner:
 #: once per two minutes is about half a percent of wall time. The budget alone
 #: would give it what the cheaper probes leave, some 2%; the type of a leak is
@@ -40,7 +47,8 @@ DIAGNOSE_BUDGET = 0.03
 DIAGNOSE_PROBES: Mapping[str, Mapping[str, Any]] = {
     "process": {},
     "gc": {"blocks": True},
-    "tracemalloc": {"window_steps": 1, "period_steps": DIAGNOSE_PERIOD, "top": 10},
+    "tracemalloc": {"window_steps": 1, "period_steps": DIAGNOSE_PERIOD, "top": 10,
+                    "max_tracing_fraction": DIAGNOSE_TRACING_FRACTION},
     "objects": {"every": DIAGNOSE_PERIOD, "interval_seconds": DIAGNOSE_OBJECTS_SECONDS,
                 "top": 10},
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import tracemalloc
 
 import pytest
@@ -46,15 +47,71 @@ def test_window_names_survivors_only():
         sizes = {k: v[k] for k in leak}
         # 5 leaked blocks of 10 kB each survive the window; the temporaries do not
         assert any(s >= 5 * 10_000 for s in sizes.values()), sizes
-        assert not any("test_tracemalloc_window.py:20/" in k for k in leak), sizes
-        assert any("test_tracemalloc_window.py:16/" in k for k in leak), sizes
+        assert not any("test_tracemalloc_window.py:21/" in k for k in leak), sizes
+        assert any("test_tracemalloc_window.py:17/" in k for k in leak), sizes
         assert v["memprobe/tracemalloc/survivors_bytes"] >= 50_000
+
+
+def work(cpu_seconds: float) -> None:
+    """Allocate and free until this process has used ``cpu_seconds`` of CPU time."""
+    end = time.process_time() + cpu_seconds
+    while time.process_time() < end:
+        del [bytearray(64) for _ in range(100)][:]
+
+
+def traced_share(probe: TracemallocProbe, steps: int, step_seconds: float,
+                 idle_every: int = 0) -> tuple[float, int]:
+    """Run ``steps`` steps of ``step_seconds`` of CPU work each, asleep for 0.1 s after
+    every ``idle_every`` steps (0: never), the probe sampled after each step: the share
+    of the work done with tracing on, and the windows opened."""
+    traced = total = 0.0
+    opened = 0
+    try:
+        for _ in range(steps):
+            t0 = time.process_time()
+            work(step_seconds)
+            dt = time.process_time() - t0
+            total += dt
+            traced += dt if tracemalloc.is_tracing() else 0.0
+            if idle_every and _ % idle_every == idle_every - 1:
+                time.sleep(0.1)
+            was = tracemalloc.is_tracing()
+            probe.sample()
+            opened += tracemalloc.is_tracing() and not was
+    finally:
+        probe.stop()
+    return traced / total, opened
+
+
+def test_max_tracing_fraction_bounds_the_work_traced():
+    """One step traced in every two would be half the work; held to a fifth, the
+    windows wait, and tracing runs during about a fifth of the work (never more than
+    two windows over it: the first sets no pause), whatever the loop sleeps between
+    steps."""
+    assert not tracemalloc.is_tracing()
+    free, free_windows = traced_share(TracemallocProbe(window_steps=1, period_steps=2), 60, 0.005)
+    held, held_windows = traced_share(
+        TracemallocProbe(window_steps=1, period_steps=2, max_tracing_fraction=0.2), 60, 0.005)
+    # Bursts of 4 steps between waits of 0.1 s (an EnvRunner between sample() calls):
+    # counted in wall time, each wait would let a window open, one step in 4 traced.
+    idle, _ = traced_share(
+        TracemallocProbe(window_steps=1, period_steps=2, max_tracing_fraction=0.1), 60, 0.005,
+        idle_every=4)
+    assert not tracemalloc.is_tracing()
+    assert free > 0.4, free
+    assert held <= 0.2 + 2 / 60, held
+    assert idle <= 0.1 + 2 / 60, idle
+    assert held_windows >= 8 and free_windows >= 25, (held_windows, free_windows)
 
 
 @pytest.mark.parametrize(
     "opts",
     [{"window_steps": 5}, {"window_steps": 5, "period_steps": 5},
-     {"window_steps": 0, "period_steps": 5}, {"window_steps": 2, "period_steps": "9"}],
+     {"window_steps": 0, "period_steps": 5}, {"window_steps": 2, "period_steps": "9"},
+     {"max_tracing_fraction": 0.1},
+     {"window_steps": 1, "period_steps": 5, "max_tracing_fraction": 0},
+     {"window_steps": 1, "period_steps": 5, "max_tracing_fraction": 1.5},
+     {"window_steps": 1, "period_steps": 5, "max_tracing_fraction": True}],
 )
 def test_window_bad_options(opts):
     with pytest.raises(memprobe.ConfigError, match="tracemalloc"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import tracemalloc
 import weakref
 from typing import Any
@@ -41,6 +42,16 @@ class TracemallocProbe:
     sample ``k*P + W`` the live traced blocks (allocated during the window and
     still alive) are grouped by site into ``survivors/<site>/...``, then
     tracing stops. Allocation runs at full speed the other ``P - W`` samples.
+    With ``max_tracing_fraction=f`` as well, a window that took ``d`` seconds
+    of the process's CPU time is followed by at least ``d / f - d`` CPU seconds
+    without tracing (the next window waits for them, past ``P``): tracing runs
+    during at most ``f`` of the process's work, so a loop that tracing slows by
+    any factor ``s`` while it runs loses at most ``f * (1 - 1/s)`` of its speed
+    (in an RLlib EnvRunner, ``s`` is about 8 with 4 frames: docs/rllib.md). CPU
+    time, not wall time: a process that waits between bursts of work (an
+    EnvRunner while the Learner trains) would otherwise have its waits count
+    as untraced work, and trace more of its work than ``f``. The first window
+    (the process warming up) sets no pause.
 
     Sites are named where the user can act (``group_by="user"``, the default):
     the user's own line, then the library line that allocated
@@ -83,6 +94,7 @@ class TracemallocProbe:
         exclude: list[str] | tuple[str, ...] = (),
         window_steps: int | None = None,
         period_steps: int | None = None,
+        max_tracing_fraction: float | None = None,
     ) -> None:
         if not isinstance(top, int) or isinstance(top, bool) or top < 0:
             raise ConfigError("tracemalloc.top", f"must be an int >= 0, got {show(top)}")
@@ -121,9 +133,24 @@ class TracemallocProbe:
                     "tracemalloc.window_steps",
                     f"must be less than period_steps ({period_steps}), got {window_steps}",
                 )
+        if max_tracing_fraction is not None:
+            if window_steps is None:
+                raise ConfigError(
+                    "tracemalloc.max_tracing_fraction",
+                    "bounds the time tracing windows run: give window_steps and period_steps")
+            if (not isinstance(max_tracing_fraction, (int, float))
+                    or isinstance(max_tracing_fraction, bool)
+                    or not 0.0 < max_tracing_fraction <= 1.0):
+                raise ConfigError(
+                    "tracemalloc.max_tracing_fraction",
+                    f"must be a fraction in (0, 1], got {show(max_tracing_fraction)}")
         self.window_steps = window_steps
         self.period_steps = period_steps
+        self.max_tracing_fraction = max_tracing_fraction
         self._calls = 0
+        # process_time() at the open window's start, and the earliest the next may open.
+        self._opened_at = 0.0
+        self._next_open_at = 0.0
         self.top = top
         if nframe is None:
             nframe = DEFAULT_NFRAME if group_by == "user" else 1
@@ -167,16 +194,26 @@ class TracemallocProbe:
     def _sample_windowed(self) -> dict[str, Any]:
         """Trace W of every P samples; at a window's end, name the surviving sites."""
         phase = self._calls % self.period_steps  # type: ignore[operator]
+        if phase == 0 and not self._active and time.process_time() < self._next_open_at:
+            return {"window_active": 0}  # the last window's pause (max_tracing_fraction)
         self._calls += 1
         out: dict[str, Any] = {"window_active": int(self._active)}
         if phase == 0 and not self._active:
             self._acquire()
+            self._opened_at = time.process_time()
             out["window_active"] = 1
         elif phase == self.window_steps and self._active:
             # Blocks traced now were allocated inside the window and outlived it.
             traced, _ = tracemalloc.get_traced_memory()
             stats = site_stats(self.group_by, self._filters)
             self._release()
+            # The first window (the first samples after start, while the process warms
+            # up: first calls, caches filled) would set a pause out of scale with the rest.
+            first = self._calls == self.window_steps + 1
+            if self.max_tracing_fraction is not None and not first:
+                now = time.process_time()
+                self._next_open_at = (
+                    self._opened_at + (now - self._opened_at) / self.max_tracing_fraction)
             out["window_active"] = 0
             out["survivors_bytes"] = sum(s for s, _ in stats.values())
             out["survivors_count"] = sum(c for _, c in stats.values())
