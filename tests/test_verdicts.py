@@ -450,3 +450,15 @@ def test_the_users_python_leak_is_found_beside_memprobe_own_growth(
                          seed=seed)
     assert report.has_leak and report.kind == "python", report
     assert "process/rss_bytes" in report.leaking_metrics
+
+
+def test_a_count_of_objects_gives_way_to_the_native_bytes_they_hold() -> None:
+    """Kept tensors served from freed heap: rss flat, live objects and malloc's bytes in
+    use grow. The report's kind is the bytes' (native), not the count's."""
+    objects = memprobe.Verdict("memprobe/objects/total_count", "leak", 8.0, 8.0, 8.0, None,
+                               40, 5, kind="objects", unit="objects")
+    in_use = memprobe.Verdict("memprobe/malloc/in_use_bytes", "leak", 16384.0, 16000.0,
+                              17000.0, None, 40, 5, kind="native", unit="bytes")
+    report = memprobe.Report({v.key: v for v in (objects, in_use)}, prefix="memprobe")
+    assert report.kind == "native"
+    assert [v.key for v in report.leaking] == [in_use.key, objects.key]

@@ -68,12 +68,18 @@ class _Judged(Protocol):
     def kind(self) -> str | None: ...
     @property
     def metric(self) -> str: ...
+    @property
+    def unit(self) -> str: ...
 
 
-def rank(v: _Judged) -> tuple[int, int]:
-    """Sort key: the resident size first (its kind weighs every other growth), then
-    the most telling kind (fds before the memory they cost)."""
-    return (v.metric != "process/rss_bytes", _ORDER.get(v.kind or "", len(_ORDER)))
+def rank(v: _Judged) -> tuple[int, int, int]:
+    """Sort key: the resident size first (its kind weighs every other growth), then a
+    count of live objects after the bytes metrics (a kept tensor grows the objects'
+    count and, more tellingly, the native bytes they hold), then the most telling
+    kind (fds before the memory they cost)."""
+    counted_objects = v.kind == "objects" and v.unit != "bytes"
+    return (v.metric != "process/rss_bytes", counted_objects,
+            _ORDER.get(v.kind or "", len(_ORDER)))
 
 
 #: Said when the site named first has no frame of the user's code.
@@ -190,9 +196,7 @@ def classify(
         return own, tuple(types), KINDS[own]
     v = by_metric[metric]
     rate = v.slope_per_step
-    if own == "native":
-        return _native(metric, rate, windows, "")
-    if own is not None:
+    if own is not None and own != "native":
         return own, (), KINDS[own]
     if metric == "malloc/free_bytes":
         if _grows(by_metric.get("malloc/in_use_bytes"), 0.5 * rate):
@@ -200,7 +204,19 @@ def classify(
         return "fragmentation", (), KINDS["fragmentation"]
     traced = next((e for e in windows if e.probe == "tracemalloc"), None)
     py = None if traced is not None else by_metric.get(FILTERED) or by_metric.get(TRACED)
-    if _grows(py, 0.1 * rate):
+    objects_grow = bool(types) or _grows(by_metric.get("objects/total_count")) or _grows(
+        by_metric.get(BLOCKS))
+    if own == "native":  # malloc's bytes in use: held by objects the user's lines make?
+        held = _held(metric, rate, windows, holders, types, traced) \
+            if objects_grow and not _grows(py, 0.1 * rate) and (
+                py is not None or traced is not None) else None
+        return held or _native(metric, rate, windows, "")
+    in_use = by_metric.get("malloc/in_use_bytes")
+    # A process that serves a leak from heap it freed before grows its resident size by
+    # less than the leak; malloc's bytes in use grow by all of it. Python's share is
+    # judged against the larger.
+    kept = max(rate, in_use.slope_per_step) if _grows(in_use) else rate
+    if _grows(py, 0.1 * kept):
         return _python(sites, types)
     blocks = _blocks_per_step(by_metric)
     # The windows, then the alarm's capture (its longer view tells a library's blocks
@@ -212,10 +228,11 @@ def classify(
             return kind, culprits, f"{KINDS[kind].split(':')[0]}; {seen.describe(rate)}"
     if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):
         return "mmap", (), KINDS["mmap"]
-    in_use = by_metric.get("malloc/in_use_bytes")
     if in_use is not None:
         if _grows(in_use, 0.1 * rate):
-            return _native(metric, rate, windows, "malloc's in-use bytes grow")
+            held = _held(metric, rate, windows, holders, types, traced) \
+                if objects_grow and (py is not None or traced is not None) else None
+            return held or _native(metric, rate, windows, "malloc's in-use bytes grow")
         if _grows(by_metric.get("malloc/free_bytes")):
             return "fragmentation", (), KINDS["fragmentation"]
     rss = by_metric.get("process/rss_bytes")
@@ -224,7 +241,7 @@ def classify(
                             "mappings made and not touched")
     if _grows(by_metric.get("process/num_fds")):
         return "fds", (), KINDS["fds"]
-    if types or _grows(by_metric.get("objects/total_count")) or _grows(by_metric.get(BLOCKS)):
+    if objects_grow:
         held = _held(metric, rate, windows, holders, types, traced) \
             if py is not None or traced is not None else None
         if held is not None:
