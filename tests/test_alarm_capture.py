@@ -347,7 +347,10 @@ def test_native_capture_names_the_line_that_called_a_leaking_c_function(leaklib,
     site = f"tests/test_alarm_capture.py:{line}"
     assert culprits.native_sites and culprits.native_sites[0].site == site, culprits.native_sites
     assert culprits.native_sites[0].size_bytes >= 64 * 1024
-    assert site in prober.alarm.latest.verdicts[next(iter(prober.alarm.alarmed))].culprits
+    # The verdicts that opened the capture name it (a metric that alarms while it is
+    # open, such as the virtual size, does not).
+    latest = prober.alarm.latest.verdicts
+    assert any(site in latest[k].culprits for k in prober.alarm.alarmed), latest
     captured = [s.values for s in read_samples(path)
                 if "memprobe/capture/duration_seconds" in s.values]
     assert make_key("memprobe", "capture", f"memray/top/{site}/size_bytes") in captured[0]

@@ -68,7 +68,7 @@ def test_replay_gives_the_live_keys_again_and_finds_the_leak_at_every_cadence(
         other = replay_module.replay_process(samples, "memprobe", "env_runner", flush, every)
         assert other["alarms"], every
         # Checks count at least 40 samples apart, and a leak must persist over 1.5 times
-        # its scale (at most 256 samples): the first alarm comes within that of the live
+        # its scale (at most 128 samples): the first alarm comes within that of the live
         # one, whatever the cadence.
         assert abs(other["alarms"][0] - alarmed_live[0]) <= 10, (every, other["alarms"])
 

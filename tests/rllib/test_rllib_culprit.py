@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("ray.rllib")
 
-from test_rllib_live import ppo, run
+from test_rllib_live import alarmed, ppo, run_until
 
 from memprobe_rllib import MemoryProbeCallback
 
@@ -22,15 +22,14 @@ def test_a_numpy_leak_in_diagnose_mode_names_the_users_line(ray_session, tmp_pat
     from memprobe_test_leaky_env import NUMPY_LEAKED, NumpyLeakyCartPole, numpy_leak_line
 
     cls = MemoryProbeCallback.configure(diagnose=True, learners=False, jsonl=str(tmp_path))
+    line = numpy_leak_line()
     # The alarm waits for the growth to last 1.5 times the scale it was first judged on
-    # (docs/leaks.md): about iteration 10 for this leak.
-    results = run(ppo(NumpyLeakyCartPole, cls), 14)
+    # (at most 128 samples; docs/leaks.md): iteration 8-12 in runs here, so up to 20.
+    results = run_until(ppo(NumpyLeakyCartPole, cls), 20, lambda r: alarmed(r, line, "numpy"))
     NUMPY_LEAKED.clear()
     er = results[-1]["env_runners"]
-    assert er["memprobe/leak/suspect"] == 1.0
     culprits = [k for k in er if k.startswith("memprobe/leak/culprit/")]
-    line = numpy_leak_line()
-    assert any(line in k and "numpy" in k for k in culprits), culprits
+    assert alarmed(results[-1], line, "numpy"), (len(results), culprits)
     assert not any(k.startswith("memprobe/leak/culprit/native") for k in culprits), culprits
     runner = [str(f) for f in tmp_path.glob("memprobe-*.jsonl") if "env_runner" in f.name]
     res = subprocess.run([sys.executable, "-m", "memprobe", "report", *runner],

@@ -36,11 +36,12 @@ OnLeak = Union[Callable[["Verdict"], Any], Literal["warn"]]
 #: what tells them apart is that they stop (measured: a 200-sample ramp is judged
 #: leaking from sample 100 to 220, levelled off at 260; a cache that fills over 400
 #: samples, leaking at 340 and 380, levelled off once it clears; docs/leaks.md,
-#: "Detection curve and false alarms"). At most 256 samples, so that a slow leak,
-#: first seen over thousands of samples, is not held back by as many more (RLlib at
-#: 5 KiB per episode: first seen over ~650 episodes of the 1,300 in 40 iterations).
+#: "Detection curve and false alarms"). At most 128 samples, so that a slow leak,
+#: first seen over hundreds of samples, is not held back by as many more (RLlib at
+#: 5 KiB per episode: first seen over ~650 episodes, when an iteration of 2,000 steps
+#: holds 4-10 episodes; the healthy long RLlib runs still raise no alarm: docs/leaks.md).
 PERSISTENCE = 1.5
-PERSISTENCE_SAMPLES = 256
+PERSISTENCE_SAMPLES = 128
 
 
 def check_memory_bytes() -> int:
