@@ -107,6 +107,73 @@ def test_key_cap_is_sticky_and_preserves_totals(sizes: list[int], cap_n: int) ->
     assert [k for k in again if "other" not in k] == named
 
 
+def _emit_top(cap: SiteKeyCap, sites: dict[str, int], section: str = "top") -> set[str]:
+    """One emission of ``t/<section>``: the sites named as themselves."""
+    flat = memprobe.flatten({"t": {section: SiteMap((s, {"size_bytes": b})
+                                                    for s, b in sites.items())}},
+                            site_key_cap=cap)
+    assert sum(flat.values()) == sum(sites.values())
+    return {k.split("/")[-2] for k in flat if f"/{section}/other/" not in k}
+
+
+def test_key_cap_gives_a_stale_slot_to_a_key_refused_in_a_row() -> None:
+    # The start-up's sites take the slots, then are gone; the site that stays (the
+    # leak) is named once they have been absent STALE_EMISSIONS emissions.
+    cap = SiteKeyCap(2)
+    for _ in range(3):
+        assert _emit_top(cap, {"import_a.py:1": 10, "import_b.py:1": 10}) == {
+            "import_a.py:1", "import_b.py:1"}
+    named_from = None
+    for i in range(1, 30):
+        if _emit_top(cap, {"leak.py:4": 1000 * i}) and named_from is None:
+            named_from = i
+    assert named_from == SiteKeyCap.STALE_EMISSIONS + 1
+    assert cap.replaced == 1 and len(cap) == 2
+
+
+def test_key_cap_keeps_the_slots_of_keys_still_emitted() -> None:
+    cap = SiteKeyCap(2)
+    for i in range(40):  # a and b in every emission, c refused in every one
+        assert _emit_top(cap, {"a.py:1": 5, "b.py:1": 5, "c.py:1": 1000 + i}) == {
+            "a.py:1", "b.py:1"}
+    assert cap.replaced == 0
+
+
+def test_key_cap_judges_staleness_by_the_key_s_own_map() -> None:
+    # A probe sampled rarely (its map emitted once) keeps its key while another
+    # map is emitted many times: absent from none of its own map's emissions.
+    cap = SiteKeyCap(1)
+    assert _emit_top(cap, {"Foo": 1}, section="types") == {"Foo"}
+    for _ in range(3 * SiteKeyCap.STALE_EMISSIONS):
+        assert _emit_top(cap, {"leak.py:4": 10}) == set()
+    assert cap.replaced == 0
+
+
+def test_key_cap_ignores_a_key_refused_once() -> None:
+    cap = SiteKeyCap(1)
+    _emit_top(cap, {"start.py:1": 1})
+    for i in range(3 * SiteKeyCap.STALE_EMISSIONS):  # a new passing site every emission
+        assert _emit_top(cap, {f"pass.py:{i}": 1}) == set()
+    assert cap.replaced == 0
+
+
+@given(st.integers(0, 6),
+       st.lists(st.frozensets(st.integers(0, 15), max_size=8), min_size=1, max_size=60))
+def test_key_cap_laws(cap_n: int, emissions: list[frozenset[int]]) -> None:
+    cap = SiteKeyCap(cap_n)
+    ever: set[str] = set()
+    held: set[str] = set()  # named, and emitted in every emission since
+    for sites in emissions:
+        offered = {f"s{i}.py:1": i + 1 for i in sites}
+        named = _emit_top(cap, offered)  # totals kept
+        assert len(named) <= cap_n and len(cap) <= cap_n
+        assert held & offered.keys() <= named  # a key emitted in every emission keeps its slot
+        held = (held & offered.keys()) | named
+        ever |= named
+    assert len(ever) <= 2 * cap_n
+    assert cap.replaced <= cap_n
+
+
 def test_shorten_path_is_relative_to_site_packages_and_cwd(tmp_path, monkeypatch) -> None:
     import pluggy
 

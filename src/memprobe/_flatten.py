@@ -29,29 +29,92 @@ class SiteMap(dict):  # type: ignore[type-arg]
 
     A probe returns one where the set of keys is not fixed in advance. The
     Prober's site-key cap (``Prober(max_site_keys=N)``, a :class:`SiteKeyCap`)
-    applies to the keys of every SiteMap: the first N distinct ones keep their
-    key for the life of the Prober, the rest are summed into ``.../other/...``.
+    applies to the keys of every SiteMap: at most N of them hold a key at a time,
+    the rest are summed into ``.../other/...``.
     """
 
 
 class SiteKeyCap:
-    """The site-key cap: admits the first ``max_keys`` distinct site keys, for good."""
+    """The site-key cap: at most ``max_keys`` site keys hold a slot (are emitted as
+    themselves) at a time; the others go to ``other``.
+
+    Slots go to keys first come, and a key keeps its slot while its map (the
+    :class:`SiteMap` it is a key of, e.g. ``.../tracemalloc/top``) goes on emitting
+    it. A slot whose key was absent from the last :attr:`STALE_EMISSIONS` emissions
+    of its map is given to a key its own map emitted, and the cap refused, in the last
+    :attr:`PERSIST_EMISSIONS` emissions in a row: a site that stays in a probe's top
+    after the slots went to the passing sites of an earlier phase (the imports at the
+    start of a program that is sampled from its first line, as ``memprobe run`` does).
+    At most ``max_keys`` slots change hands over the cap's life, so at most
+    ``2 * max_keys`` distinct site keys are ever emitted.
+    """
+
+    #: Emissions of its map a key may be absent from and keep its slot.
+    STALE_EMISSIONS = 10
+    #: Emissions of its map in a row a refused key must be in to take a stale slot.
+    PERSIST_EMISSIONS = 3
 
     def __init__(self, max_keys: int) -> None:
         self.max_keys = max_keys
-        self._admitted: set[str] = set()
+        # key with a slot -> its map, and the emission of that map it was last in
+        self._map_of: dict[str, str] = {}
+        self._seen: dict[str, int] = {}
+        self._emissions: dict[str, int] = {}  # map -> its emissions so far
+        # map -> {key refused at the map's latest emission: emissions refused in a row}
+        self._refused: dict[str, dict[str, int]] = {}
+        self._refusing: dict[str, dict[str, int]] = {}  # the same, for the open emission
+        #: Slots that changed hands so far (at most ``max_keys``).
+        self.replaced = 0
 
-    def admit(self, key: str) -> bool:
-        """True if ``key`` may be emitted as itself; False if it goes to ``other``."""
-        if key in self._admitted:
+    def begin(self, parent: str) -> None:
+        """An emission of the map ``parent`` starts: its keys are offered next."""
+        self._emissions[parent] = self._emissions.get(parent, 0) + 1
+        self._refusing[parent] = {}
+
+    def admit(self, key: str, parent: str = "") -> bool:
+        """True if ``key`` (of the map ``parent``) may be emitted as itself; False if
+        it goes to ``other``."""
+        seen = self._seen
+        if key in seen:
+            seen[key] = self._emissions.get(parent, 0)
             return True
-        if len(self._admitted) < self.max_keys:
-            self._admitted.add(key)
+        if len(seen) < self.max_keys:
+            seen[key] = self._emissions.get(parent, 0)
+            self._map_of[key] = parent
             return True
+        refusing = self._refusing.get(parent)
+        if refusing is not None:
+            refusing[key] = self._refused.get(parent, {}).get(key, 0) + 1
         return False
 
+    def end(self, parent: str) -> None:
+        """The emission of ``parent`` is over: keys refused in enough of its emissions
+        in a row take the slots of stale keys, from its next emission on."""
+        refusing = self._refusing.pop(parent, None)
+        if refusing is None:
+            return
+        if refusing:
+            self._refused[parent] = refusing
+        else:
+            self._refused.pop(parent, None)
+        room = self.max_keys - self.replaced
+        ready = [k for k, n in refusing.items() if n >= self.PERSIST_EMISSIONS]
+        if not ready or room <= 0:
+            return
+        emissions, map_of = self._emissions, self._map_of
+        absent = sorted(((emissions.get(map_of[k], 0) - at, k) for k, at in self._seen.items()),
+                        reverse=True)
+        stale = [k for gap, k in absent if gap >= self.STALE_EMISSIONS]
+        ready.sort(key=lambda k: -refusing[k])  # the longest refused first
+        for new, old in zip(ready[:room], stale):
+            del self._seen[old], map_of[old]
+            self._seen[new] = emissions[parent]
+            map_of[new] = parent
+            del refusing[new]
+            self.replaced += 1
+
     def __len__(self) -> int:
-        return len(self._admitted)
+        return len(self._seen)
 
 
 def check_number(key: str, value: Any) -> Number:
@@ -254,12 +317,14 @@ def _walk(
     if limit is not None and len(node) > limit:
         raise MetricValueError(src or "<root>", f"has {len(node)} entries, over max_keys={limit}")
     capped = cap is not None and isinstance(node, SiteMap)
+    if capped:
+        cap.begin(key)  # type: ignore[union-attr]
     other: dict[str, Number] = {}
     for k, v in _items(node):
         part = _part(k, src)
         child_key = f"{key}{sep}{part}" if key else part
         child_src = f"{src}{sep}{k}" if src else str(k)
-        if capped and not cap.admit(child_key):  # type: ignore[union-attr]
+        if capped and not cap.admit(child_key, key):  # type: ignore[union-attr]
             sub: dict[str, Number] = {}
             _walk({"": v} if not _is_container(v) else v, "", child_src, sep, sub, {}, None,
                   depth + 1)
@@ -282,3 +347,5 @@ def _walk(
                 del sources[k2], out[k2]
             # A sum of in-range ints can leave the 64-bit range: checked like any value.
             _emit(out, sources, k2, other_src, check_number(other_src, val))
+    if capped:
+        cap.end(key)  # type: ignore[union-attr]

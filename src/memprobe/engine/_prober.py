@@ -74,8 +74,8 @@ class Prober:
         ``{"jsonl": {"path": "run.jsonl", "tags": {"run": 1}}}``; several allowed.
     :param tags: extra fields for each JSONL line of a path ``sink``.
     :param prefix: the first component of every key.
-    :param max_site_keys: distinct site keys (allocation sites, type names: the keys
-        under a :class:`SiteMap`) ever emitted; the rest are summed into ``.../other``.
+    :param max_site_keys: site keys (allocation sites, type names: the keys under a
+        :class:`SiteMap`) held at a time (:class:`SiteKeyCap`); the rest go to ``.../other``.
     :param load_entrypoints: load third-party plugins from the ``memprobe`` entry points.
     :param plugin_manager: use this plugin manager instead of a new one.
     :param time_limit_seconds: the default per-probe time limit (``None``: none).
