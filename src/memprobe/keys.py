@@ -279,12 +279,18 @@ def format_site(filename: str, lineno: int) -> str:
     return f"{shorten_path(filename)}:{lineno}"
 
 
-@functools.lru_cache(maxsize=512)
 def is_library_site(site: str) -> bool:
     """Whether a site's first frame (``numpy/_core/numeric.py:232``, ``json/decoder.py:353``,
     in a site key or a culprit chain) is in the standard library or an installed package,
-    not the user's own code (``app.py:12``, ``<string>:3``, ``<ipython-input-1-…>:2``)."""
-    head = site.split("--", 1)[0].split(" → ", 1)[0].split("/", 1)[0].split(":", 1)[0]
+    not the user's own code (``app.py:12``, ``<string>:3``, ``<ipython-input-1-…>:2``).
+    Cheap for the many sites of a window's snapshot: decided once per module or package."""
+    return _is_library_head(
+        site.split("--", 1)[0].split(" → ", 1)[0].split("/", 1)[0].split(":", 1)[0])
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_library_head(head: str) -> bool:
+    """:func:`is_library_site` for a site's first path part (``numpy``, ``app.py``)."""
     if head.startswith(("frozen", "<frozen")):
         return True
     name = head[:-3] if head.endswith(".py") else head

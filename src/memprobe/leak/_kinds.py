@@ -147,12 +147,18 @@ def _held(metric: str, rate: float, windows: Sequence[WindowEvidence], holders: 
     None without a user's line: a library's blocks in flight (episodes not yet
     returned) survive every window of a healthy process too, and hold nothing.
     ``grow=False``: the live objects were not seen to grow (the count is too coarse for a
-    few objects per step), but the user's lines make objects that survive every window."""
-    if traced is not None:
-        holders = (*holders, *(format_culprit(s) for s, _ in traced.sites))
+    few objects per step), but the user's lines make objects that survive every window.
+    The user's surviving lines come from every tracemalloc view: the windows, then the
+    alarm's capture (a line that keeps a few bytes a step, a C buffer's address, holds
+    what it keeps over the capture's many steps); the note says which one named them."""
+    seen = tuple(dict.fromkeys(e for e in (traced, *windows)
+                               if e is not None and e.probe == "tracemalloc"))
+    named = [(format_culprit(s), e) for e in seen for s, _ in e.sites if not is_library_site(s)]
+    holders = (*holders, *(s for s, _ in named))
     sites = tuple(s for s in dict.fromkeys(holders) if not is_library_site(s))
     if not sites:
         return None
+    traced = next((e for _, e in named), traced)  # the view that named the user's lines
     if not grow:  # the evidence after the way to the C stack, which a text report shows
         kind, culprits, note = _native(metric, rate, windows,
                                        "held by objects the user's lines make")

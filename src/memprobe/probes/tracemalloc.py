@@ -18,6 +18,7 @@ from .._tracing import (
     started_by_memprobe,
 )
 from ..hookspecs import hookimpl
+from ..keys import is_library_site
 from ..metrics import Metric
 
 #: Frames the probe traces by default with ``group_by="user"``, all the time or in
@@ -219,7 +220,13 @@ class TracemallocProbe:
             out["survivors_count"] = sum(c for _, c in stats.values())
             out["traced_bytes"] = traced
             if self.top:
-                ranked = sorted(stats.items(), key=lambda kv: (-kv[1][0], kv[0]))[: self.top]
+                # The user's own sites first: a line that keeps small objects holding
+                # native memory (a C buffer's address, a tensor) leaves a few hundred
+                # bytes a window, which a library's blocks in flight (RLlib's episodes
+                # not yet returned, at a dozen sites of kilobytes) would push out of
+                # the top N, and the verdicts name the user's surviving lines.
+                ranked = sorted(stats.items(), key=lambda kv: (
+                    is_library_site(kv[0]), -kv[1][0], kv[0]))[: self.top]
                 out["survivors"] = SiteMap(
                     (site, {"size_bytes": sz, "count": c}) for site, (sz, c) in ranked
                 )
