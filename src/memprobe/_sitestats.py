@@ -256,8 +256,9 @@ class SiteGrouper:
                   map(_second, traces)), maxlen=0)
         if afresh:
             self._max_sites = 2 * len(self._sites) + SPARE_TRACEBACKS
-        groups.pop(None, None)  # filtered out, or memprobe's own
-        return {site: (sum(sizes), len(sizes)) for site, sizes in groups.items()}
+        # Site None: filtered out, or memprobe's own.
+        return {site: (sum(sizes), len(sizes)) for site, sizes in groups.items()
+                if site is not None}
 
     def site_stats(self) -> Stats:
         """Current live allocations grouped by site. Empty when tracemalloc is not tracing.

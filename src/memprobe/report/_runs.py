@@ -439,7 +439,8 @@ def _busy(run: ProcessRun) -> str | None:
     probes = {keys.split_short(keys.short_key(k, run.prefix))[0] for k in last[0]}
     cost = {p: last[0].get(keys.make_key(run.prefix, "overhead", f"{p}_seconds"), 0.0)
             for p in probes - set(keys.PROBER_SECTIONS)}
-    slowest = f" ({p} {cost[p]:.2g} s)" if (p := max(cost, key=cost.get, default="")) else ""
+    p = max(cost, key=lambda name: cost[name], default="")
+    slowest = f" ({p} {cost[p]:.2g} s)" if p else ""
     return (f"run longer: a sample took {took:.2g} s{slowest} of the {gap:.2g} s between "
             "samples, so a lower --interval adds few")
 
