@@ -34,8 +34,9 @@ class TracemallocProbe:
     """Traced and peak bytes, the top-N allocation sites and the sites that grew most.
 
     Starts tracing (with ``nframe`` frames) only if nothing traces yet, and
-    stops only what it started. Sampling takes a snapshot: its cost grows
-    with the number of traced blocks (tens of ms at 100k blocks), and tracing
+    stops only what it started. Sampling copies the traces: its cost grows
+    with the number of traced blocks (tens of ms at 100k blocks; each distinct
+    traceback's site is worked out once and kept between samples), and tracing
     itself slows allocation, so give it an ``every`` or ``interval_seconds``.
 
     Windowed mode (``window_steps=W, period_steps=P``): tracing runs only for
