@@ -218,9 +218,10 @@ class SiteGrouper:
     microseconds each with 4 frames: with numpy imported (about 6,000 distinct
     tracebacks) that was most of a sample's cost (docs/performance.md). The
     traceback tuples kept are ``_get_traces()``'s own, which tracemalloc does not
-    trace (about 400 bytes each with 4 frames). Tracebacks whose blocks were all freed would pile up: when the kept ones
-    pass twice the number seen in the call that filled the memory afresh (plus
-    :data:`SPARE_TRACEBACKS`), it is emptied and filled again from the next call.
+    trace (about 400 bytes each with 4 frames). Tracebacks whose blocks were all
+    freed would pile up: when the kept ones pass twice the number seen in the call
+    that filled the memory afresh (plus :data:`SPARE_TRACEBACKS`), it is emptied
+    and filled again from the next call.
     """
 
     def __init__(

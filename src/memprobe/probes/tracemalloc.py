@@ -160,7 +160,7 @@ class TracemallocProbe:
         self.group_by = group_by
         self.exclude = tuple(exclude)
         self._filters = default_filters(self.exclude)
-        # Keeps the site keys of the last sample's tracebacks for the next one.
+        # Each traceback's site, kept from one sample to the next (bounded: SiteGrouper).
         self._grouper: SiteGrouper | None = None
         self._previous: Stats | None = None
         self._active = False
