@@ -155,3 +155,40 @@ def test_equal_traceback_tuples_that_are_distinct_objects_are_one_site():
     a = (0, 10, (("/x/app/a.py", 1),), 1)
     b = (0, 20, tuple([("/x/app/a.py", 1)]), 1)  # equal, not the same object
     assert stats_from_traces([a, b]) == {"app/a.py:1": (30, 2)}  # the last two components
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(traces, min_size=1, max_size=5), st.sampled_from(["lineno", "traceback", "user"]),
+       filters)
+def test_a_grouper_kept_across_samples_equals_stdlib_at_each(samples, group_by, flts):
+    """The sites a SiteGrouper keeps from earlier calls never change a later call's stats."""
+    from memprobe._sitestats import SiteGrouper
+
+    grouper = SiteGrouper(group_by, flts)
+    for raw in samples:
+        snap = tracemalloc.Snapshot(raw, 4)
+        assert grouper.stats(raw) == stats_from_snapshot(snap, group_by, flts)
+
+
+def test_a_grouper_keeps_a_bounded_number_of_tracebacks():
+    """Tracebacks whose blocks are gone do not pile up: 60 samples of 300 new ones each."""
+    from memprobe._sitestats import SPARE_TRACEBACKS, SiteGrouper
+
+    grouper = SiteGrouper("user", default_filters())
+    kept = []
+    for i in range(60):
+        raw = [(0, 64, ((f"/x/app/gen{i}.py", line),), 1) for line in range(300)]
+        assert grouper.stats(raw) == {f"app/gen{i}.py:{line}": (64, 1) for line in range(300)}
+        kept.append(len(grouper._sites))
+    assert max(kept) <= 2 * 300 + SPARE_TRACEBACKS + 300
+    assert min(kept[5:]) < max(kept)  # emptied at times, not only grown
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from([f"app/a.py:{i}" for i in range(30)]),
+                       st.tuples(st.integers(0, 5), st.integers(1, 3))), st.integers(0, 12))
+def test_largest_equals_a_full_sort(stats, top):
+    """Ties in size (by name), top beyond the number of sites, top 0."""
+    from memprobe.probes.tracemalloc import largest
+
+    assert largest(stats, top) == sorted(stats.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]

@@ -136,8 +136,8 @@ def user_site(tb: Sequence[tuple[str, int]]) -> str | None:
     The user's frame is the nearest one in a file of the user's; code without a
     file (``<string>``, ``<stdin>``, a notebook cell) is the user's too, unless a
     file of the user's calls it (a library's generated ``__init__`` compiled as
-    ``<string>``). Not cached across samples: a cache of tracebacks would grow the
-    process itself (``is_library`` and the path shortening are cached per file name).
+    ``<string>``). :class:`SiteGrouper` keeps the result per traceback
+    (``is_library`` and the path shortening are cached per file name).
     """
     top = tb[0]
     here = format_site(top[0], top[1])
@@ -209,85 +209,132 @@ def _keep(filters: Sequence[tracemalloc.BaseFilter]) -> Callable[[int, Any], boo
     return keep_cached
 
 
+class SiteGrouper:
+    """Groups raw traces by site, and remembers each traceback's site for the next call:
+    a probe that samples again and again sees mostly the same tracebacks.
+
+    Working out a traceback's site (the filters, the walk to the user's frame, the
+    formatting) allocates, and while tracing each allocation is itself traced, at
+    microseconds each with 4 frames: with numpy imported (about 6,000 distinct
+    tracebacks) that was most of a sample's cost (docs/performance.md). The
+    traceback tuples kept are ``_get_traces()``'s own, which tracemalloc does not
+    trace (about 400 bytes each with 4 frames). Tracebacks whose blocks were all
+    freed would pile up: when the kept ones pass twice the number seen in the call
+    that filled the memory afresh (plus :data:`SPARE_TRACEBACKS`), it is emptied
+    and filled again from the next call.
+    """
+
+    def __init__(
+        self, group_by: str = "lineno", filters: Sequence[tracemalloc.BaseFilter] = ()
+    ) -> None:
+        if group_by not in GROUP_BY:
+            raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
+        self.group_by = group_by
+        self.filters = list(filters)
+        self._by_domain = _domain_dependent(self.filters)
+        self._sites = _Sites(_site_function(group_by, self.filters, self._by_domain))
+        self._max_sites = 0  # the first call fills afresh
+
+    def stats(self, traces: Iterable[tuple[Any, ...]]) -> Stats:
+        """Group raw traces ``(domain, size, traceback, total_nframe)`` by site.
+
+        No Python object is built per trace: a chain of C iterators looks up each
+        trace's site (worked out once per traceback) and appends its size (an int
+        that already exists, in the trace) to the list of its site; per site the
+        count is then ``len`` and the size ``sum`` (in C). A ``Counter`` would
+        allocate a new int per block once a count passes 256.
+        """
+        if not isinstance(traces, (list, tuple)):
+            traces = list(traces)  # read twice below
+        afresh = len(self._sites) >= self._max_sites
+        if afresh:
+            self._sites.clear()
+        tbs = map(_third, traces)
+        keys_of = zip(map(_first, traces), tbs) if self._by_domain else tbs
+        groups: defaultdict[str | None, list[int]] = defaultdict(list)
+        # for each trace: groups[sites[key]].append(size), all in C; maxlen=0 drops the Nones.
+        deque(map(list.append, map(groups.__getitem__, map(self._sites.__getitem__, keys_of)),
+                  map(_second, traces)), maxlen=0)
+        if afresh:
+            self._max_sites = 2 * len(self._sites) + SPARE_TRACEBACKS
+        # Site None: filtered out, or memprobe's own.
+        return {site: (sum(sizes), len(sizes)) for site, sizes in groups.items()
+                if site is not None}
+
+    def site_stats(self) -> Stats:
+        """Current live allocations grouped by site. Empty when tracemalloc is not tracing.
+
+        Uses the raw traces (``_tracemalloc._get_traces``); falls back to
+        ``take_snapshot().statistics()`` if the private function is missing.
+        """
+        if not tracemalloc.is_tracing():
+            return {}
+        if _get_traces is not None:
+            return self.stats(_get_traces())
+        return stdlib_site_stats(self.group_by, self.filters)  # type: ignore[arg-type]
+
+
+#: Tracebacks a :class:`SiteGrouper` may keep beyond twice those it last filled afresh.
+SPARE_TRACEBACKS = 1000
+
+
+class _Sites(dict):  # type: ignore[type-arg]
+    """``{traceback: site}``, a site worked out at the first lookup."""
+
+    __slots__ = ("site_of",)
+
+    def __init__(self, site_of: Callable[[Any], str | None]) -> None:
+        super().__init__()
+        self.site_of = site_of
+
+    def __missing__(self, key: Any) -> str | None:
+        site = self[key] = self.site_of(key)
+        return site
+
+
+def _site_function(
+    group_by: str, filters: Sequence[tracemalloc.BaseFilter], by_domain: bool
+) -> Callable[[Any], str | None]:
+    """The site of one raw traceback (``(domain, traceback)`` with domain filters), or
+    None when the filters or ``group_by="user"`` leave it out."""
+    keep = _keep(filters) if filters else None
+
+    def site_of(key: Any) -> str | None:
+        domain, tb = key if by_domain else (0, key)
+        if keep is not None and not keep(domain, tb):
+            return None
+        if not tb:
+            return ""
+        if group_by == "lineno":
+            return format_site(tb[0][0], tb[0][1])
+        if group_by == "user":
+            return user_site(tb)
+        return "--".join(format_site(f, ln) for f, ln in reversed(tb))
+
+    return site_of
+
+
 def stats_from_traces(
     traces: Iterable[tuple[Any, ...]],
     group_by: str = "lineno",
     filters: Sequence[tracemalloc.BaseFilter] = (),
 ) -> Stats:
-    """Group raw traces ``(domain, size, traceback, total_nframe)`` by site.
+    """Group raw traces ``(domain, size, traceback, total_nframe)`` by site, once.
 
     ``traceback`` is the raw tuple of ``(filename, lineno)`` that
     ``_tracemalloc._get_traces()`` returns, most recent call first.
     Equal to ``Snapshot(traces, n).filter_traces(filters).statistics(group_by)``
-    mapped through :func:`site_key`.
-
-    No Python object is built per trace, and nothing is allocated per trace:
-    work done here is traced too, and each traced allocation has a cost
-    (docs/performance.md); a ``Counter`` of the traces would allocate a new int
-    per block once a count passes 256. Instead, a
-    chain of C iterators appends each block's size (an int that already
-    exists, in the trace) to the list of its traceback; per traceback, the
-    count is then ``len`` and the size ``sum`` (in C). The filters and the
-    site keys are computed once per distinct traceback.
+    mapped through :func:`site_key`. To group again and again, keep a
+    :class:`SiteGrouper`.
     """
-    if group_by not in GROUP_BY:
-        raise ValueError(f"group_by must be one of {GROUP_BY}, got {group_by!r}")
-    by_domain = _domain_dependent(filters)
-    if not isinstance(traces, (list, tuple)):
-        traces = list(traces)  # read twice below
-    groups: defaultdict[Any, list[int]] = defaultdict(list)
-    tbs = map(_third, traces)
-    keys_of = zip(map(_first, traces), tbs) if by_domain else tbs
-    # for each trace: groups[key].append(size), all in C; maxlen=0 drops the Nones.
-    deque(map(list.append, map(groups.__getitem__, keys_of), map(_second, traces)), maxlen=0)
-    # Once per distinct traceback; allocate as little as possible here too.
-    keep = _keep(filters) if filters else None
-    lineno = group_by == "lineno"
-    user = group_by == "user"
-    keys: dict[Any, str] = {}
-    out: Stats = {}
-    for k, block_sizes in groups.items():
-        if by_domain:
-            domain, tb = k
-        else:
-            domain, tb = 0, k
-        if keep is not None and not keep(domain, tb):
-            continue
-        if lineno and tb:
-            fk = tb[0]  # the frame itself, not a new 1-tuple
-            key = keys.get(fk)
-            if key is None:
-                key = keys[fk] = format_site(fk[0], fk[1])
-        elif user and tb:
-            key = keys.get(tb)
-            if key is None:
-                key = keys[tb] = user_site(tb)  # type: ignore[assignment]
-            if key is None:
-                continue
-        else:
-            key = keys.get(tb)
-            if key is None:
-                key = keys[tb] = "--".join(format_site(f, ln) for f, ln in reversed(tb))
-        size = sum(block_sizes)
-        n = len(block_sizes)
-        prev = out.get(key)
-        out[key] = (size, n) if prev is None else (prev[0] + size, prev[1] + n)
-    return out
+    return SiteGrouper(group_by, filters).stats(traces)
 
 
 def site_stats(
     group_by: str = "lineno", filters: Sequence[tracemalloc.Filter] = ()
 ) -> Stats:
-    """Current live allocations grouped by site. Empty when tracemalloc is not tracing.
-
-    Uses the raw traces (``_tracemalloc._get_traces``) and :func:`stats_from_traces`;
-    falls back to ``take_snapshot().statistics()`` if the private function is missing.
-    """
-    if not tracemalloc.is_tracing():
-        return {}
-    if _get_traces is not None:
-        return stats_from_traces(_get_traces(), group_by, filters)
-    return stdlib_site_stats(group_by, filters)
+    """Current live allocations grouped by site, once (:meth:`SiteGrouper.site_stats`)."""
+    return SiteGrouper(group_by, filters).site_stats()
 
 
 def stdlib_site_stats(

@@ -100,6 +100,24 @@ def test_too_few_samples_says_how_many_and_how_to_get_more(tmp_path: Path, tags:
     assert f"need 20 samples, got 12 — {how}" in res.stdout, res.stdout
 
 
+def test_too_few_slow_samples_do_not_say_lower_the_interval(tmp_path: Path) -> None:
+    """memprobe run's samples 1 s apart, each taking 0.8 s (0.79 s of it tracemalloc's):
+    a lower --interval would add few, so the hint says what took the time."""
+    lines = []
+    for i in range(12):
+        lines.append(json.dumps({"time": 100.0 + i, "step": i, "pid": 3, "role": "main",
+                                 "command": "job.py", "values": {
+            "memprobe/process/rss_bytes": 1000 * i, "memprobe/overhead/sample_seconds": 0.8,
+            "memprobe/overhead/process_seconds": 0.01, "memprobe/tracemalloc/traced_bytes": 5,
+            "memprobe/overhead/tracemalloc_seconds": 0.79}}))
+    (tmp_path / "slow.jsonl").write_text("\n".join(lines) + "\n")
+    res = memprobe_cli("report", "slow.jsonl", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert ("need 20 samples, got 12 — run longer: a sample took 0.8 s (tracemalloc 0.79 s) "
+            "of the 1 s between samples, so a lower --interval adds few") in res.stdout, res.stdout
+    assert "lower --interval\n" not in res.stdout
+
+
 @pytest.fixture(scope="module")
 def leaky_traced(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("traced")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import time
 import tracemalloc
 import weakref
@@ -9,7 +10,7 @@ from typing import Any
 
 from .._errors import ConfigError, ProbeError, show
 from .._flatten import SiteMap
-from .._sitestats import GROUP_BY, Stats, default_filters, site_stats
+from .._sitestats import GROUP_BY, SiteGrouper, Stats, default_filters
 from .._tracing import (
     acquire_tracing,
     forget_stopped_tracing,
@@ -34,8 +35,9 @@ class TracemallocProbe:
     """Traced and peak bytes, the top-N allocation sites and the sites that grew most.
 
     Starts tracing (with ``nframe`` frames) only if nothing traces yet, and
-    stops only what it started. Sampling takes a snapshot: its cost grows
-    with the number of traced blocks (tens of ms at 100k blocks), and tracing
+    stops only what it started. Sampling copies the traces: its cost grows
+    with the number of traced blocks (tens of ms at 100k blocks; each distinct
+    traceback's site is worked out once and kept between samples), and tracing
     itself slows allocation, so give it an ``every`` or ``interval_seconds``.
 
     Windowed mode (``window_steps=W, period_steps=P``): tracing runs only for
@@ -159,6 +161,8 @@ class TracemallocProbe:
         self.group_by = group_by
         self.exclude = tuple(exclude)
         self._filters = default_filters(self.exclude)
+        # Each traceback's site, kept from one sample to the next (bounded: SiteGrouper).
+        self._grouper: SiteGrouper | None = None
         self._previous: Stats | None = None
         self._active = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -186,11 +190,17 @@ class TracemallocProbe:
         if self._active:
             self._release()
         self._previous = None
+        self._grouper = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_active=False, _previous=None, _finalizer=None)
+        state.update(_active=False, _previous=None, _finalizer=None, _grouper=None)
         return state
+
+    def _site_stats(self) -> Stats:
+        if self._grouper is None:
+            self._grouper = SiteGrouper(self.group_by, self._filters)
+        return self._grouper.site_stats()
 
     def _sample_windowed(self) -> dict[str, Any]:
         """Trace W of every P samples; at a window's end, name the surviving sites."""
@@ -206,7 +216,7 @@ class TracemallocProbe:
         elif phase == self.window_steps and self._active:
             # Blocks traced now were allocated inside the window and outlived it.
             traced, _ = tracemalloc.get_traced_memory()
-            stats = site_stats(self.group_by, self._filters)
+            stats = self._site_stats()
             self._release()
             # The first window (the first samples after start, while the process warms
             # up: first calls, caches filled) would set a pause out of scale with the rest.
@@ -246,7 +256,7 @@ class TracemallocProbe:
         traced, peak = tracemalloc.get_traced_memory()
         if started_by_memprobe() and hasattr(tracemalloc, "reset_peak"):
             tracemalloc.reset_peak()
-        stats = site_stats(self.group_by, self._filters)
+        stats = self._site_stats()
         out: dict[str, Any] = {
             "traced_bytes": traced,
             "filtered_bytes": sum(sz for sz, _ in stats.values()),
@@ -255,7 +265,7 @@ class TracemallocProbe:
             "blocks_count": sum(c for _, c in stats.values()),
         }
         if self.top:
-            ranked = sorted(stats.items(), key=lambda kv: (-kv[1][0], kv[0]))[: self.top]
+            ranked = largest(stats, self.top)
             out["top"] = SiteMap(
                 (site, {"size_bytes": s, "count": c}) for site, (s, c) in ranked
             )
@@ -265,6 +275,23 @@ class TracemallocProbe:
             )
         self._previous = stats
         return out
+
+
+def largest(stats: Stats, top: int) -> list[tuple[str, tuple[int, int]]]:
+    """The ``top`` sites with the most live bytes, ties by name:
+    ``sorted(stats.items(), key=lambda kv: (-kv[1][0], kv[0]))[:top]``.
+
+    Without building an object per site (while tracing, each is traced: thousands of
+    sites with numpy imported): the ``top``-th largest size comes from comparing the
+    stats' own ``(size, count)`` tuples, and only sites at least that large are sorted.
+    """
+    if len(stats) > top > 0:
+        floor = heapq.nlargest(top, stats.values())[-1][0]
+        sites = [site for site in stats if stats[site][0] >= floor]
+    else:
+        sites = list(stats)
+    return sorted(((site, stats[site]) for site in sites),
+                  key=lambda kv: (-kv[1][0], kv[0]))[:top]
 
 
 def growth(previous: Stats | None, current: Stats, top: int) -> list[tuple[str, int, int]]:

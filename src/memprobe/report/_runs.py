@@ -374,7 +374,7 @@ def summarize(run: ProcessRun) -> RunSummary:
     short_of = [m.verdict for m in out
                 if m.verdict is not None and m.verdict.status == "insufficient"]
     if short_of:
-        hints.append(_insufficient_hint(short_of, digest.count, run.tags))
+        hints.append(_insufficient_hint(short_of, digest.count, run.tags, _busy(run)))
     # The probes of the last sample (not the alarm's capture line, which has none).
     capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
     last = [s for s in digest.last if capture_key not in s.values]
@@ -396,7 +396,7 @@ def summarize(run: ProcessRun) -> RunSummary:
 
 
 def _insufficient_hint(verdicts: Sequence[Verdict], n_samples: int,
-                       tags: Mapping[str, Any]) -> str:
+                       tags: Mapping[str, Any], busy: str | None = None) -> str:
     """Why no verdict could be given, in figures true for this run: the samples of the
     metric itself (a probe run less often than every sample has fewer than the run)."""
     v = verdicts[0]  # the first metric of the table (rss when it is there)
@@ -406,20 +406,43 @@ def _insufficient_hint(verdicts: Sequence[Verdict], n_samples: int,
         return (f"{what} has {points} of the {n_samples} samples (its probe ran less "
                 f"often), need {MIN_SAMPLES if points < MIN_SAMPLES else 2 * MIN_SAMPLES} "
                 "— run longer or sample that probe more often")
-    more = _how_to_sample_more(tags)
+    more = _how_to_sample_more(tags, busy)
     if points < MIN_SAMPLES:
         return f"need {MIN_SAMPLES} samples, got {points} — {more}"
     return (f"need {2 * MIN_SAMPLES} samples to tell a leak from a warm-up, got "
             f"{points} — {more}")
 
 
-def _how_to_sample_more(tags: Mapping[str, Any]) -> str:
-    """How this process gets more samples: by who wrote its file (its tags)."""
+def _how_to_sample_more(tags: Mapping[str, Any], busy: str | None = None) -> str:
+    """How this process gets more samples: by who wrote its file (its tags), and whether
+    sampling took the time between samples (``busy``, from :func:`_busy`)."""
     if "command" in tags:  # memprobe run
-        return "run longer or lower --interval"
+        return busy or "run longer or lower --interval"
     if tags.get("role") in ("driver", "learner"):  # memprobe_rllib: one sample per train()
         return "run more train() iterations (the driver and Learners sample once per iteration)"
     return "run longer or sample more often"
+
+
+def _busy(run: ProcessRun) -> str | None:
+    """When the last sample took at least half the mean time between samples
+    (``memprobe run`` waits ``--interval`` after each), what to do instead of lowering
+    ``--interval``, naming the slowest probe; else None."""
+    d = run.digest
+    capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
+    last = [s.values for s in d.last if capture_key not in s.values][-1:]
+    took = last[0].get(keys.make_key(run.prefix, "overhead", "sample_seconds")) if last else None
+    if d.count < 2 or not isinstance(took, (int, float)):
+        return None
+    gap = d.span_seconds / (d.count - 1)
+    if took < 0.5 * gap:
+        return None
+    probes = {keys.split_short(keys.short_key(k, run.prefix))[0] for k in last[0]}
+    cost = {p: last[0].get(keys.make_key(run.prefix, "overhead", f"{p}_seconds"), 0.0)
+            for p in probes - set(keys.PROBER_SECTIONS)}
+    p = max(cost, key=lambda name: cost[name], default="")
+    slowest = f" ({p} {cost[p]:.2g} s)" if p else ""
+    return (f"run longer: a sample took {took:.2g} s{slowest} of the {gap:.2g} s between "
+            "samples, so a lower --interval adds few")
 
 
 def _captured(run: ProcessRun, n: int = 5) -> list[tuple[str, str]]:
