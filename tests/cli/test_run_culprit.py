@@ -48,7 +48,7 @@ THROUGH_LIBRARY = STARTUP + textwrap.dedent(
     import helper
 
     record = '"' + "x" * 50_000 + '"'
-    for step in range(200):
+    for step in range(500):
         helper.remember(record)  # a 50 KB str made by json, kept by helper.py
         time.sleep(0.01)
     """
@@ -57,7 +57,7 @@ THROUGH_LIBRARY = STARTUP + textwrap.dedent(
 OWN_LINE = STARTUP + textwrap.dedent(
     """\
     KEPT = []
-    for step in range(200):
+    for step in range(500):
         KEPT.append(bytearray(50_000))  # job.py:10: 50 KB kept at the program's own line
         time.sleep(0.01)
     """
