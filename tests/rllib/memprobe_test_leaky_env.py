@@ -109,6 +109,15 @@ class NumpyLeakyCartPole(_KeepingCartPole):
         NUMPY_LEAKED.append(np.ones(512))  # LEAK: the user's line above numpy's
 
 
+def notes_line() -> str:
+    """``memprobe_test_leaky_env.py:<line>`` of RetainingCartPole's retaining statement."""
+    import inspect
+
+    src, first = inspect.getsourcelines(RetainingCartPole.keep)
+    off = next(i for i, line in enumerate(src) if "NOTES.extend" in line)
+    return f"memprobe_test_leaky_env.py:{first + off}"
+
+
 def numpy_leak_line() -> str:
     """``memprobe_test_leaky_env.py:<line>`` of the numpy-leaking statement."""
     import inspect
