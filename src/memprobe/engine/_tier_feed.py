@@ -11,6 +11,7 @@ from .._sample import Number
 from ..keys import key_of, make_key
 from ..leak import _kinds
 from ..leak._alarm import check_memory_bytes
+from ..leak._series import MEMRAY_ACTIVE, MEMRAY_OWN
 from ..leak._tiers import Tiers
 
 __all__ = ["FED", "TierFeed"]
@@ -43,7 +44,8 @@ class TierFeed:
     (:data:`memprobe.leak._tiers.BYTES_PER_SERIES` per metric).
 
     Each sample's judged metrics (the resident sizes less memprobe's own memory, as
-    :func:`memprobe.leak._series.sample_series` reads it from the same sample) are taken
+    :func:`memprobe.leak._series.sample_series` reads it from the same sample, and
+    not those read while a memray window was open) are taken
     as the sample is made and fed in batches of :attr:`every` samples. What feeding
     keeps (the tiers' arrays, allocated at the first batch) is counted as memprobe's
     own memory (``overhead/check_retained_bytes`` in the next sample), as a leak
@@ -58,8 +60,10 @@ class TierFeed:
     retained_due: bool
     _traced_own: float
     _checks_own: float
+    _memray_own: float
+    _tracking: bool
     _seen: int
-    _rows: list[tuple[float, float, float, tuple[Number, ...]]]
+    _rows: list[tuple[float, float, float, bool, tuple[Number, ...]]]
     _pending: int
     _present: tuple[tuple[str, bool], ...]
     _get: Callable[[dict[str, Number]], tuple[Number, ...]]
@@ -73,6 +77,8 @@ class TierFeed:
         self._traced = key_of(prefix, _kinds.TRACED)
         self._filtered = key_of(prefix, _kinds.FILTERED)
         self._key_retained = make_key(prefix, "overhead", "check_retained_bytes")
+        self._memray_own_key = key_of(prefix, MEMRAY_OWN)
+        self._active_key = key_of(prefix, MEMRAY_ACTIVE)
         self.reset()
 
     def after_sample(self, values: dict[str, Number], now: float, step: int | None,
@@ -90,6 +96,11 @@ class TierFeed:
             self._traced_own = traced_own
         if self._key_retained in values:
             self._checks_own = float(values[self._key_retained])
+        inside = self._tracking  # a memray window was open when this sample began
+        if self._active_key in values:
+            self._tracking = values[self._active_key] == 1
+        if self._memray_own_key in values:
+            self._memray_own = float(values[self._memray_own_key])
         x = float(step if step is not None else self._seen)
         self._seen += 1
         if len(values) != self._width:
@@ -99,7 +110,8 @@ class TierFeed:
         except KeyError:  # as many keys, others: a new layout
             self._layout(values)
             row = self._get(values)
-        self._rows.append((x, now, self._traced_own + self._checks_own, row))
+        self._rows.append((x, now, self._traced_own + self._checks_own + self._memray_own,
+                           inside, row))
         self._pending += 1
         if self._pending >= self.every:
             self.absorb()
@@ -123,10 +135,15 @@ class TierFeed:
             xs = array("d", [r[0] for r in rows])
             ts = array("d", [r[1] for r in rows])
             batch = {}
+            judged = [r for r in rows if not r[3]]  # the resident sizes read outside
+            rxs = array("d", [r[0] for r in judged])
+            rts = array("d", [r[1] for r in judged])
             for j, (key, resident) in enumerate(self._present):
-                ys = array("d", [r[3][j] - r[2] for r in rows] if resident else
-                           [r[3][j] for r in rows])
-                batch[key] = (xs, ys, ts)
+                if resident:
+                    ys = array("d", [r[4][j] - r[2] for r in judged])
+                    batch[key] = (rxs, ys, rts)
+                else:
+                    batch[key] = (xs, array("d", [r[4][j] for r in rows]), ts)
             # A batch keeps memory only when it makes a series (its arrays): measured
             # then; the others leave what they found.
             makes = any(k not in self.tiers.series for k in batch)
@@ -149,6 +166,8 @@ class TierFeed:
         self.tiers = Tiers()
         self._traced_own = 0.0  # memprobe's own memory, as sample_series reads it
         self._checks_own = 0.0
+        self._memray_own = 0.0
+        self._tracking = False
         self._seen = 0  # samples taken: the x of a sample without a step
         self._rows = []
         self._pending = 0  # samples taken since the last batch
