@@ -188,6 +188,8 @@ class MemrayWindow:
         return self._tracker is not None
 
     def open(self) -> None:
+        # Before anything this window loads (tempfile, at the first), all of it memprobe's.
+        self.resident_before_bytes = resident_bytes()
         import tempfile  # here: it imports random, which every Prober would pay otherwise
 
         memray = _memray()  # imported before tracking: its import is not the user's memory
@@ -197,7 +199,6 @@ class MemrayWindow:
                                     suffix=".bin", dir=directory)
         os.close(fd)
         os.unlink(path)  # memray refuses to overwrite a file
-        self.resident_before_bytes = resident_bytes()
         # Aggregated format: memray keeps per-stack totals in memory and writes
         # them at the end, so the file stays small however much the window allocates.
         tracker = memray.Tracker(
