@@ -28,7 +28,7 @@ from .._sitestats import is_library
 from ..hookspecs import hookimpl
 from ..keys import format_site
 from ..metrics import Metric
-from .malloc import libc
+from .malloc import libc, malloc_stats
 from .process import resident_bytes
 
 _MEMPROBE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -163,6 +163,11 @@ def read_sites_apart(path: str, *, native: bool = False) -> list[NativeSite]:
             for site, size, count in json.loads(out.stdout)]
 
 
+def _in_use_bytes() -> int:
+    """malloc's bytes in use (glibc's ``mallinfo2``), 0 where they cannot be read."""
+    return malloc_stats()["in_use_bytes"] if libc().mallinfo2 is not None else 0
+
+
 class MemrayWindow:
     """One memray tracking window of this process, written to a capture file.
 
@@ -180,6 +185,9 @@ class MemrayWindow:
         self.opened_at = 0.0
         #: The resident size just before tracking started (0 before ``open()``).
         self.resident_before_bytes = 0
+        #: malloc's bytes in use that stopping the tracker freed: memray's own tables
+        #: (0 where glibc's statistics cannot be read).
+        self.freed_bytes = 0
         self._tracker: Any = None
         self._pid = 0  # the process that opened the window
 
@@ -235,7 +243,9 @@ class MemrayWindow:
         tracker, self._tracker = self._tracker, None
         if tracker is None:
             return []
+        in_use = _in_use_bytes()
         tracker.__exit__(None, None, None)
+        self.freed_bytes = max(0, in_use - _in_use_bytes()) if in_use else 0
         path = self.path
         assert path is not None
         try:
@@ -261,37 +271,32 @@ class MemrayWindow:
                     pass
 
 
-def window_own_bytes(before_bytes: int, kept_bytes: int) -> int:
-    """memprobe's share of the resident size's change across a memray window just
-    closed, which opened at ``before_bytes`` of resident size and in which the program
-    allocated ``kept_bytes`` still alive at its end. Gives the heap's free pages back
-    first (glibc's ``malloc_trim(0)``, where there is one).
+def window_own_bytes(window: MemrayWindow, kept_bytes: int) -> int:
+    """memprobe's share of the resident size's growth across ``window``, just closed, in
+    which the program allocated ``kept_bytes`` still alive at its end. Then gives the
+    heap's free pages back (glibc's ``malloc_trim(0)``, where there is one).
 
-    While it tracks, memray holds its tables of live allocations in this process's
-    heap, and with ``native_traces`` its unwinding reads the libraries' unwind tables
-    into memory (measured in an RLlib EnvRunner: the resident size 14 MiB up over one
-    window, 7 MiB of it file pages, against 2.5 MiB over the same samples without
-    memray). Its tables are freed when the window closes but stay in the heap, where
-    the program's next allocations, a leak's included, would take them without growing
-    the resident size. So:
-
-    - the growth across the window beyond what the program kept in it is memprobe's
-      (none when the program kept more: a window's survivors include blocks in flight,
-      which must not be counted as grown);
-    - the free pages are then given back, and what that gave back is judged as still
-      held (as after the alarm's capture, ``capture/released_bytes``): the drop is
-      memprobe's doing, not the program's.
-
-    The sum can be negative. 0 when the resident size is unknown.
+    While it tracks, memray holds its tables of live allocations in this process's heap,
+    and with ``native_traces`` its unwinding reads the libraries' unwind tables into
+    memory (measured in an RLlib EnvRunner: the resident size 14 MiB up over one window,
+    7 MiB of it file pages, against 2.5 MiB over the same samples without memray). So
+    the growth across the window beyond what the program kept in it (a window's
+    survivors: an upper bound of what it grew by, blocks in flight included) is
+    memprobe's, less the heap memray freed when it stopped
+    (:attr:`MemrayWindow.freed_bytes`). That heap is given back to the system here:
+    kept, the program's next allocations, a leak's included, would take it without
+    growing the resident size. The trim also gives back free pages of the program's,
+    which its next allocations take again: they are not counted, so the resident size
+    judged dips at the window's close and comes back as they are taken, never past
+    where it was. 0 when the resident size is unknown.
     """
     grown = resident_bytes()
     trim = libc().malloc_trim
     if trim is not None:
         trim(0)
-    after = resident_bytes()
-    if not before_bytes or not grown or not after:
+    if not window.resident_before_bytes or not grown:
         return 0
-    return max(0, grown - before_bytes - kept_bytes) - max(0, grown - after)
+    return max(0, grown - window.resident_before_bytes - kept_bytes - window.freed_bytes)
 
 
 def ranked_sites(sites: Iterable[NativeSite], top: int) -> SiteMap:
@@ -327,7 +332,7 @@ class MemrayProbe:
         "own_bytes": Metric(
             "memprobe's own memory from its memray windows, since start: each window's "
             "resident growth beyond what the program allocated in it and kept, less the "
-            "free heap given back after it (window_own_bytes); judged apart from the "
+            "heap memray freed, given back (window_own_bytes); judged apart from the "
             "user's", "bytes"),
         "top/<site>/size_bytes": Metric(
             "at a window's end: bytes allocated at the site during the window and still "
@@ -402,7 +407,7 @@ class MemrayProbe:
             seconds = time.perf_counter() - window.opened_at
             sites = window.close()
             kept = sum(s.size_bytes for s in sites)
-            self._own_bytes += window_own_bytes(window.resident_before_bytes, kept)
+            self._own_bytes += window_own_bytes(window, kept)
             return {
                 "window_active": 0,
                 "window_seconds": seconds,
