@@ -316,7 +316,11 @@ class MemrayProbe:
     at sample ``k*P + W`` it closes and the sites whose allocations made in
     the window are still alive are reported, largest first. Opening and
     closing a window cost milliseconds each (docs/performance.md); while a
-    window is open every ``malloc`` of the process is recorded.
+    window is open every ``malloc`` of the process is recorded, and the Prober
+    runs the probe at each of its samples whatever its budget (``every`` still
+    holds), so a window lasts ``window_steps`` of the Prober's samples. The
+    window's own memory is memprobe's (``own_bytes``, :func:`window_own_bytes`),
+    and the resident sizes read while it is open are not judged.
     ``native_traces=True`` adds the C function to each site (symbolizing it
     costs more at the window's end). ``keep_dir`` keeps each window's capture
     file there for ``memray flamegraph --leaks``.
@@ -371,6 +375,12 @@ class MemrayProbe:
         self._calls = 0
         self._own_bytes = 0
         self._window: MemrayWindow | None = None
+
+    @property
+    def window_open(self) -> bool:
+        """A tracking window is open: the Prober runs this probe at each sample until it
+        closes, whatever the budget (:meth:`memprobe.engine._scheduled.ScheduledProbe.due`)."""
+        return self._window is not None
 
     def start(self) -> None:
         _memray()  # fails now, with the reason, when memray is missing
