@@ -66,6 +66,7 @@ class TierFeed:
     _rows: list[tuple[float, float, float, bool, tuple[Number, ...]]]
     _pending: int
     _present: tuple[tuple[str, bool], ...]
+    _absent: frozenset[str]
     _get: Callable[[dict[str, Number]], tuple[Number, ...]]
     _width: int
 
@@ -88,7 +89,8 @@ class TierFeed:
 
         The judged keys a sample has are read with one ``itemgetter`` call and kept as
         a row; the rows become columns when the batch is fed. The keys are looked for
-        again when the sample's key count changes (the rows so far are fed first)."""
+        again when the sample's key count changes, or a judged key it lacked appears in
+        as many keys (the rows so far are fed first)."""
         if self._overhead in values:
             traced_own = float(values[self._overhead])
             if self._traced in values and self._filtered in values:
@@ -103,7 +105,7 @@ class TierFeed:
             self._memray_own = float(values[self._memray_own_key])
         x = float(step if step is not None else self._seen)
         self._seen += 1
-        if len(values) != self._width:
+        if len(values) != self._width or not values.keys().isdisjoint(self._absent):
             self._layout(values)
         try:
             row = self._get(values)
@@ -119,6 +121,7 @@ class TierFeed:
     def _layout(self, values: dict[str, Number]) -> None:
         """Feed the rows taken so far; then take the judged keys that ``values`` has."""
         present = tuple((k, resident) for k, resident in self._keys if k in values)
+        self._absent = frozenset(k for k, _ in self._keys if k not in values)
         if present != self._present:
             self.absorb()
             self._present = present
@@ -172,6 +175,7 @@ class TierFeed:
         self._rows = []
         self._pending = 0  # samples taken since the last batch
         self._present = ()  # the judged keys of the rows
+        self._absent = frozenset()  # the judged keys they lack
         self._get = lambda v: ()
         self._width = -1  # the key count of the sample the keys were looked for in
         self.retained = 0
