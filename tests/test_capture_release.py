@@ -53,7 +53,7 @@ def test_a_series_read_in_parts_carries_what_was_released():
     is added to every later part, as in one read of the whole."""
     samples = _run(200, 100, DROP)
     whole, _, _ = sample_series(samples, P, lambda k: k == RSS)
-    carry = [0.0, 0.0, 0.0, 0.0]
+    carry = [0.0] * 6
     parts = [sample_series(samples[i:i + 37], P, lambda k: k == RSS, carry)[0][RSS][1]
              for i in range(0, len(samples), 37)]
     assert [y for part in parts for y in part] == list(whole[RSS][1])

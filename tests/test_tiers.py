@@ -124,21 +124,36 @@ def test_extending_by_batches_is_appending_each_point(batches: list[int], seed: 
         [(p.n, list(p.ys)[:p.n]) for p in one._pending]
 
 
+#: A memray window's keys in a sample: opened, still open, closed (with its own memory).
+_MEMRAY = {None: {}, "open": {"memprobe/memray/window_active": 1},
+           "active": {"memprobe/memray/window_active": 1},
+           "close": {"memprobe/memray/window_active": 0, "memprobe/memray/own_bytes": 7e6}}
+
+
+def _memray_values(event: str | None, i: int) -> dict[str, float]:
+    values = dict(_MEMRAY[event])
+    if "memprobe/memray/own_bytes" in values:
+        values["memprobe/memray/own_bytes"] += 1000 * i
+    return values
+
+
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.floats(1e8, 1e9), st.booleans(), st.booleans(), st.booleans()),
+@given(st.lists(st.tuples(st.floats(1e8, 1e9), st.booleans(), st.booleans(), st.booleans(),
+                          st.sampled_from(sorted(_MEMRAY, key=str))),
                 min_size=1, max_size=400))
 def test_a_prober_without_an_alarm_feeds_what_a_report_on_every_sample_reads(rows) -> None:
     """A Prober without ``on_leak`` takes each sample's resident size less memprobe's own
     memory as the sample is made (:class:`TierFeed`); a report on all the samples (as
     ``memprobe report`` reads a file) reads them with ``sample_series``: the same tiers,
-    whichever samples carry tracemalloc's or the tiers' own memory, with or without a
-    step."""
+    whichever samples carry tracemalloc's, the tiers' or the memray windows' own memory
+    or were read while a memray window was open, with or without a step."""
     from memprobe.engine._tier_feed import TierFeed
 
     feed = TierFeed("memprobe")
     samples = []
-    for i, (rss, traced, retained, stepped) in enumerate(rows):
-        values = {"memprobe/process/rss_bytes": rss, "memprobe/gc/garbage_count": 0}
+    for i, (rss, traced, retained, stepped, memray) in enumerate(rows):
+        values = {"memprobe/process/rss_bytes": rss, "memprobe/gc/garbage_count": 0,
+                  **_memray_values(memray, i)}
         if traced:
             values.update({"memprobe/tracemalloc/overhead_bytes": 1000 + i,
                            "memprobe/tracemalloc/traced_bytes": 5000 + 7 * i,
@@ -154,11 +169,16 @@ def test_a_prober_without_an_alarm_feeds_what_a_report_on_every_sample_reads(row
                  lambda k: k.split("/", 1)[1] in FED)
     # Every judged metric the samples have, the resident size less memprobe's own memory.
     keys = {"memprobe/process/rss_bytes", "memprobe/gc/garbage_count"}
-    if any(traced for _, traced, _, _ in rows):
+    if any(traced for _, traced, _, _, _ in rows):
         keys |= {"memprobe/tracemalloc/traced_bytes", "memprobe/tracemalloc/filtered_bytes"}
-    assert set(fed.series) == set(offline.series) == keys
+    # The resident size is missing from both when every sample was read inside a window.
+    assert set(fed.series) - {"memprobe/process/rss_bytes"} == \
+        set(offline.series) - {"memprobe/process/rss_bytes"} == \
+        keys - {"memprobe/process/rss_bytes"}
+    assert ("memprobe/process/rss_bytes" in fed.series) == \
+        ("memprobe/process/rss_bytes" in offline.series)
     assert fed.count == offline.count == len(rows)
-    for key in keys:
+    for key in set(fed.series):
         assert fed.series[key].raw.points() == offline.series[key].raw.points(), key
         assert [t.points() for t in fed.series[key].tiers] == \
             [t.points() for t in offline.series[key].tiers], key
@@ -210,3 +230,41 @@ def test_a_plain_probers_tiers_of_every_judged_metric_stay_bounded_over_a_millio
         assert series.count == 1_000_000, key
         xs = list(series.scales(40))[-1][0]
         assert xs[0] < 0.01 * 1_000_000 and xs[-1] > 0.99 * 1_000_000, key
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(1e8, 1e9), st.sampled_from(sorted(_MEMRAY, key=str))),
+                min_size=1, max_size=200),
+       st.lists(st.integers(1, 60), min_size=1, max_size=8))
+def test_resident_sizes_read_while_a_memray_window_tracks_are_not_judged(rows, parts) -> None:
+    """A memray window's memory is in the resident size while it tracks, by an amount
+    known only at its close: the resident sizes read from the sample after the one that
+    opened it to the one that closed it are not judged, and those after it are judged less
+    what its windows left (``memray/own_bytes``). The same fed at once or in parts (the
+    live alarm feeds the samples new at each check)."""
+    from memprobe.leak._series import sample_series
+
+    samples = [memprobe.Sample(1000.0 + i, i, 1, {"memprobe/process/rss_bytes": rss,
+                                                  **_memray_values(memray, i)})
+               for i, (rss, memray) in enumerate(rows)]
+    expected: list[tuple[float, float]] = []
+    tracking, own = False, 0.0
+    for i, (rss, memray) in enumerate(rows):
+        inside, values = tracking, _memray_values(memray, i)
+        if "memprobe/memray/window_active" in values:
+            tracking = values["memprobe/memray/window_active"] == 1
+        own = values.get("memprobe/memray/own_bytes", own)
+        if not inside:
+            expected.append((float(i), rss - own))
+    keep = judged_keys("memprobe", None, sites=False)
+    whole, _, _ = sample_series(samples, "memprobe", keep)
+    xs, ys, _ts = whole.get("memprobe/process/rss_bytes", ([], [], []))
+    assert list(zip(xs, ys)) == expected
+    tiers, start = memprobe.Tiers(), 0
+    for n in [*parts, len(samples)]:
+        tiers.feed(samples[start:start + n], "memprobe", keep)
+        start += n
+    assert tiers.count == len(samples)
+    fed = tiers.series.get("memprobe/process/rss_bytes")
+    fed_xs, _fed_ts, fed_ys = fed.raw.points() if fed else ([], [], [])
+    assert list(zip(fed_xs, fed_ys)) == expected

@@ -42,6 +42,7 @@ class ScheduledProbe:
         "time_limit",
         "timeouts_count",
         "warned",
+        "windowed",
         "worker",
     )
 
@@ -65,12 +66,19 @@ class ScheduledProbe:
         self.disabled = False
         self.started = False
         self.warned = False
+        #: The probe says when it holds a tracking window open (``window_open``).
+        self.windowed = isinstance(getattr(type(probe), "window_open", None), property)
 
     def due(self, calls: int, now: float, budget_share: float | None) -> bool:
         """Whether the probe runs in the Prober's sample number ``calls``, at ``now``:
-        ``every`` calls have passed since it last ran, and :meth:`due_by_time`."""
+        ``every`` calls have passed since it last ran, and :meth:`due_by_time`, or the
+        probe holds a tracking window open (a memray window: every ``malloc`` of the
+        program pays for it, and the resident sizes read while it is open are not
+        judged), which its next runs close, whatever the budget."""
         if calls - self.last_call < self.every:
             return False
+        if self.windowed and self.probe.window_open:
+            return True  # tracking costs every allocation of the program more than a call
         if budget_share is None and not self.interval_seconds:
             return True
         return self.due_by_time(now, budget_share)

@@ -11,6 +11,7 @@ from .._sample import Number
 from ..keys import key_of, make_key
 from ..leak import _kinds
 from ..leak._alarm import check_memory_bytes
+from ..leak._series import MEMRAY_ACTIVE, MEMRAY_OWN
 from ..leak._tiers import Tiers
 
 __all__ = ["FED", "TierFeed"]
@@ -43,7 +44,8 @@ class TierFeed:
     (:data:`memprobe.leak._tiers.BYTES_PER_SERIES` per metric).
 
     Each sample's judged metrics (the resident sizes less memprobe's own memory, as
-    :func:`memprobe.leak._series.sample_series` reads it from the same sample) are taken
+    :func:`memprobe.leak._series.sample_series` reads it from the same sample, and
+    not those read while a memray window was open) are taken
     as the sample is made and fed in batches of :attr:`every` samples. What feeding
     keeps (the tiers' arrays, allocated at the first batch) is counted as memprobe's
     own memory (``overhead/check_retained_bytes`` in the next sample), as a leak
@@ -58,10 +60,13 @@ class TierFeed:
     retained_due: bool
     _traced_own: float
     _checks_own: float
+    _memray_own: float
+    _tracking: bool
     _seen: int
-    _rows: list[tuple[float, float, float, tuple[Number, ...]]]
+    _rows: list[tuple[float, float, float, bool, tuple[Number, ...]]]
     _pending: int
     _present: tuple[tuple[str, bool], ...]
+    _absent: frozenset[str]
     _get: Callable[[dict[str, Number]], tuple[Number, ...]]
     _width: int
 
@@ -73,6 +78,8 @@ class TierFeed:
         self._traced = key_of(prefix, _kinds.TRACED)
         self._filtered = key_of(prefix, _kinds.FILTERED)
         self._key_retained = make_key(prefix, "overhead", "check_retained_bytes")
+        self._memray_own_key = key_of(prefix, MEMRAY_OWN)
+        self._active_key = key_of(prefix, MEMRAY_ACTIVE)
         self.reset()
 
     def after_sample(self, values: dict[str, Number], now: float, step: int | None,
@@ -82,7 +89,8 @@ class TierFeed:
 
         The judged keys a sample has are read with one ``itemgetter`` call and kept as
         a row; the rows become columns when the batch is fed. The keys are looked for
-        again when the sample's key count changes (the rows so far are fed first)."""
+        again when the sample's key count changes, or a judged key it lacked appears in
+        as many keys (the rows so far are fed first)."""
         if self._overhead in values:
             traced_own = float(values[self._overhead])
             if self._traced in values and self._filtered in values:
@@ -90,16 +98,22 @@ class TierFeed:
             self._traced_own = traced_own
         if self._key_retained in values:
             self._checks_own = float(values[self._key_retained])
+        inside = self._tracking  # a memray window was open when this sample began
+        if self._active_key in values:
+            self._tracking = values[self._active_key] == 1
+        if self._memray_own_key in values:
+            self._memray_own = float(values[self._memray_own_key])
         x = float(step if step is not None else self._seen)
         self._seen += 1
-        if len(values) != self._width:
+        if len(values) != self._width or not values.keys().isdisjoint(self._absent):
             self._layout(values)
         try:
             row = self._get(values)
         except KeyError:  # as many keys, others: a new layout
             self._layout(values)
             row = self._get(values)
-        self._rows.append((x, now, self._traced_own + self._checks_own, row))
+        self._rows.append((x, now, self._traced_own + self._checks_own + self._memray_own,
+                           inside, row))
         self._pending += 1
         if self._pending >= self.every:
             self.absorb()
@@ -107,6 +121,7 @@ class TierFeed:
     def _layout(self, values: dict[str, Number]) -> None:
         """Feed the rows taken so far; then take the judged keys that ``values`` has."""
         present = tuple((k, resident) for k, resident in self._keys if k in values)
+        self._absent = frozenset(k for k, _ in self._keys if k not in values)
         if present != self._present:
             self.absorb()
             self._present = present
@@ -123,10 +138,15 @@ class TierFeed:
             xs = array("d", [r[0] for r in rows])
             ts = array("d", [r[1] for r in rows])
             batch = {}
+            judged = [r for r in rows if not r[3]]  # the resident sizes read outside
+            rxs = array("d", [r[0] for r in judged])
+            rts = array("d", [r[1] for r in judged])
             for j, (key, resident) in enumerate(self._present):
-                ys = array("d", [r[3][j] - r[2] for r in rows] if resident else
-                           [r[3][j] for r in rows])
-                batch[key] = (xs, ys, ts)
+                if resident:
+                    ys = array("d", [r[4][j] - r[2] for r in judged])
+                    batch[key] = (rxs, ys, rts)
+                else:
+                    batch[key] = (xs, array("d", [r[4][j] for r in rows]), ts)
             # A batch keeps memory only when it makes a series (its arrays): measured
             # then; the others leave what they found.
             makes = any(k not in self.tiers.series for k in batch)
@@ -149,10 +169,13 @@ class TierFeed:
         self.tiers = Tiers()
         self._traced_own = 0.0  # memprobe's own memory, as sample_series reads it
         self._checks_own = 0.0
+        self._memray_own = 0.0
+        self._tracking = False
         self._seen = 0  # samples taken: the x of a sample without a step
         self._rows = []
         self._pending = 0  # samples taken since the last batch
         self._present = ()  # the judged keys of the rows
+        self._absent = frozenset()  # the judged keys they lack
         self._get = lambda v: ()
         self._width = -1  # the key count of the sample the keys were looked for in
         self.retained = 0

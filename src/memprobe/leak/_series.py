@@ -14,6 +14,10 @@ from . import _kinds, _windows
 FORECAST = "leak/hours_to_oom"
 #: What the alarm's capture gave back to the system when it closed (its line's key).
 RELEASED = "capture/released_bytes"
+#: memprobe's own memory from the memray probe's windows (:func:`sample_series`).
+MEMRAY_OWN = "memray/own_bytes"
+#: 1 from the sample that opened a memray window to the one before it closed.
+MEMRAY_ACTIVE = "memray/window_active"
 
 
 def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
@@ -31,7 +35,8 @@ def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
     wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED, FORECAST,
                    *_windows.WINDOW_KEYS))
     if own:
-        wanted.update(("tracemalloc/overhead_bytes", "overhead/check_retained_bytes"))
+        wanted.update(("tracemalloc/overhead_bytes", "overhead/check_retained_bytes",
+                       MEMRAY_OWN))
     seen: dict[str, bool] = {}
 
     def keep(key: str) -> bool:
@@ -57,7 +62,8 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
     dicts, importlib's). With a leak alarm, so is what its checks kept
     (``overhead/check_retained_bytes``). Each sample's resident size is judged less the latest of
     these, so a Prober that fills its history is not the user's leak. Also returns
-    that own memory at each sample, and the latest of what the checks kept.
+    that own memory at each sample (the estimates only: not the memray windows', read
+    off the resident size itself), and the latest of what the checks kept.
 
     The alarm's capture holds memory while it is open (tracemalloc's traces, the
     snapshot) and frees it when it closes; it then gives the heap's free pages back
@@ -66,10 +72,18 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
     that line are judged plus what it released, as if the capture's memory were still
     held: the drop is memprobe's, not the program's.
 
+    While a memray window tracks, its tables (and with ``native_traces`` the unwind
+    tables it reads) are in the resident size, by an amount known only when it closes:
+    the resident sizes read while one was open (from the sample after the one that
+    opened it, to the one that closed it) are not judged, and from then on the resident
+    sizes are judged less what its windows left (:data:`MEMRAY_OWN`,
+    :func:`memprobe.probes.memray.window_own_bytes`).
+
     :param carry: for a series read in parts (a live alarm reads the samples new
         since its last check): ``[samples read before, tracemalloc's own memory, the
-        checks' own memory, the captures' released memory]``, read at the start and
-        updated at the end.
+        checks' own memory, the captures' released memory, the memray windows' own
+        memory, 1 while a memray window is open]``, read at the start and updated at
+        the end.
     """
     out: dict[str, tuple[array[float], array[float], array[float]]] = {}
     overhead_key = make_key(prefix, "tracemalloc", "overhead_bytes")
@@ -78,8 +92,11 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
     resident = {make_key(prefix, "process", m) for m in _kinds.RESIDENT}
     checks_key = make_key(prefix, "overhead", "check_retained_bytes")
     released_key = key_of(prefix, RELEASED)
-    first, traced_own, checks_own, released = carry if carry is not None else (0.0,) * 4
-    own = traced_own + checks_own
+    memray_own_key = key_of(prefix, MEMRAY_OWN)
+    active_key = key_of(prefix, MEMRAY_ACTIVE)
+    first, traced_own, checks_own, released, memray_own, tracking = (
+        carry if carry is not None else (0.0,) * 6)
+    own = traced_own + checks_own + memray_own
     i = int(first) - 1
     owns: array[float] = array("d")
     for i, s in enumerate(samples, int(first)):
@@ -89,14 +106,22 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
             traced_own = float(values[overhead_key])
             if traced_key in values and filtered_key in values:
                 traced_own += max(0.0, float(values[traced_key]) - float(values[filtered_key]))
-            own = traced_own + checks_own
+            own = traced_own + checks_own + memray_own
         if checks_key in values:
             checks_own = float(values[checks_key])
-            own = traced_own + checks_own
+            own = traced_own + checks_own + memray_own
         if released_key in values:
             released += float(values[released_key])
-        owns.append(own)
+        inside = tracking  # a memray window was open when this sample began
+        if active_key in values:
+            tracking = float(values[active_key] == 1)
+        if memray_own_key in values:
+            memray_own = float(values[memray_own_key])
+            own = traced_own + checks_own + memray_own
+        owns.append(own - memray_own)
         for k, v in values.items():
+            if inside and k in resident:
+                continue
             t = out.get(k)
             if t is None:
                 if not keep(k):
@@ -107,7 +132,7 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
             t[1].append(float(v) - own + released if k in resident else float(v))
             t[2].append(s.time_seconds)
     if carry is not None:
-        carry[:] = [float(i + 1), traced_own, checks_own, released]
+        carry[:] = [float(i + 1), traced_own, checks_own, released, memray_own, tracking]
     return out, owns, checks_own
 
 

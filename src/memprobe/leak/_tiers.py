@@ -234,7 +234,7 @@ class Tiers:
 
     def __init__(self) -> None:
         self.series: dict[str, TieredSeries] = {}
-        self._carry = [0.0, 0.0, 0.0, 0.0]  # see sample_series(carry=...)
+        self._carry = [0.0] * 6  # see sample_series(carry=...)
 
     @property
     def count(self) -> int:
