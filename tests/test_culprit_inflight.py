@@ -167,6 +167,19 @@ def _rss_of(report: dict) -> dict:
     return next(m for m in proc["metrics"] if m["metric"] == "process/rss_bytes")
 
 
+def _run_holder(tmp_path: Path, runner: str) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """Run the holder program (the helper keeping C buffers' addresses) under ``runner``
+    in a fresh interpreter; its JSONL's path and the finished process."""
+    (tmp_path / "nativehelper.py").write_text(NATIVE_HELPER)
+    (tmp_path / "holder.py").write_text(HOLDER_PROGRAM)
+    (tmp_path / "runner.py").write_text(runner)
+    path = tmp_path / "holder.jsonl"
+    out = subprocess.run([sys.executable, "runner.py", "holder", str(path)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return path, out
+
+
 def test_the_helpers_line_that_keeps_c_buffers_is_named_beside_blocks_in_flight(
         tmp_path: Path) -> None:
     """The addresses are 640 B a window against the library's 27 KiB of blocks in flight
@@ -174,13 +187,7 @@ def test_the_helpers_line_that_keeps_c_buffers_is_named_beside_blocks_in_flight(
     the line is in every window, and the prober and ``memprobe report`` both name it as
     what holds the native growth (before: cut from the top 10 in every window, and both
     said "native memory" with no line)."""
-    (tmp_path / "nativehelper.py").write_text(NATIVE_HELPER)
-    (tmp_path / "holder.py").write_text(HOLDER_PROGRAM)
-    (tmp_path / "runner.py").write_text(RUNNER)
-    path = tmp_path / "holder.jsonl"
-    out = subprocess.run([sys.executable, "runner.py", "holder", str(path)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
+    path, out = _run_holder(tmp_path, RUNNER)
     live = json.loads(out.stdout.strip().splitlines()[-1])
     listed = _windows_listing(path, HOLDER_LINE)
     assert len(listed) >= 5 and all(listed), listed
@@ -215,13 +222,7 @@ def test_the_alarms_capture_names_the_holder_the_windows_did_not(tmp_path: Path)
     addresses. The native verdict's holder comes from every tracemalloc view, the capture
     included, in ``memprobe report`` (before: the windows' sites only, "native memory"
     with no line, though the capture's line was in the same JSONL)."""
-    (tmp_path / "nativehelper.py").write_text(NATIVE_HELPER)
-    (tmp_path / "holder.py").write_text(HOLDER_PROGRAM)
-    (tmp_path / "runner.py").write_text(CAPTURE_RUNNER)
-    path = tmp_path / "holder.jsonl"
-    out = subprocess.run([sys.executable, "runner.py", "holder", str(path)], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
+    path, _ = _run_holder(tmp_path, CAPTURE_RUNNER)
     assert "memprobe/capture/duration_seconds" in path.read_text(), "no capture line"
     rss = _rss_of(_report(path))
     # The user's lines that keep the addresses: the helper's, and the list's append when
