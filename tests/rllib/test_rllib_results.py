@@ -176,17 +176,26 @@ def new_evidence(alarm) -> None:
         alarm.tick()
 
 
+def _checked_by_hand(confirmations: int):
+    """An EnvRunner's LeakState and its Prober (the process probe, no capture), whose
+    alarm counts each check below that follows one new sample (``new_evidence``)."""
+    from memprobe import Prober
+
+    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
+    prober = Prober(probes=["process"], on_leak=leak.on_leak,
+                    leak_confirmations=confirmations, capture_on_leak=False)
+    leak.prober = prober
+    prober.alarm.evidence_samples = 1
+    return leak, prober
+
+
 def test_an_alarm_is_lowered_only_after_twice_as_many_healthy_checks_as_raised_it():
     """A leak's resident size stalls while the process reuses memory it freed (for
     three checks in a row after the alarm's capture in a field run): healthy checks in
     the middle of a leak must not lower the alarm."""
-    from memprobe import Prober, Report, Verdict
+    from memprobe import Report, Verdict
 
-    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
-    prober = Prober(probes=["process"], on_leak=leak.on_leak, leak_confirmations=2,
-                    capture_on_leak=False)
-    leak.prober = prober
-    prober.alarm.evidence_samples = 1  # each check below follows one new sample
+    leak, prober = _checked_by_hand(confirmations=2)
     key = "memprobe/process/rss_bytes"
 
     def check(status):
@@ -268,13 +277,9 @@ def test_a_guessed_native_culprit_replaced_by_the_capture_is_logged_as_zero():
     """The cheap probes alone guess "native" at the alarm; the capture's Python line
     replaces it. RLlib keeps a key's last value once logged, so the guess's key stays
     in the results at 0, not at the rate that blamed it."""
-    from memprobe import Prober, Report, Verdict
+    from memprobe import Report, Verdict
 
-    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
-    prober = Prober(probes=["process"], on_leak=leak.on_leak, leak_confirmations=1,
-                    capture_on_leak=False)
-    leak.prober = prober
-    prober.alarm.evidence_samples = 1
+    leak, prober = _checked_by_hand(confirmations=1)
     key = "memprobe/process/rss_bytes"
     native = "memprobe/leak/culprit/native/rate_per_hour"
     line = "memprobe/leak/culprit/app.py:12/rate_per_hour"
@@ -299,13 +304,9 @@ def test_the_captured_culprits_rates_follow_the_order_the_verdict_gives():
     library type: the type is left out beside a named line, each line gets its share of
     the rate by the bytes the capture saw kept, and the keys come fastest first (the
     guess it replaced at 0, after them)."""
-    from memprobe import Prober, Report, Verdict
+    from memprobe import Report, Verdict
 
-    leak = LeakState("memprobe", "env_runner", 1, "a sample at each episode end")
-    prober = Prober(probes=["process"], on_leak=leak.on_leak, leak_confirmations=1,
-                    capture_on_leak=False)
-    leak.prober = prober
-    prober.alarm.evidence_samples = 1
+    leak, prober = _checked_by_hand(confirmations=1)
     key = "memprobe/process/rss_bytes"
     rate = 2.0**30
 
