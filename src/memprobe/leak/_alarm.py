@@ -55,11 +55,11 @@ def check_memory_bytes() -> int:
     leak would be subtracted from it (measured: 28 of 30 MiB of a 5 KiB-per-sample
     leak; docs/leaks.md).
     """
-    from ..probes.malloc import libc, malloc_stats
+    from ..probes.malloc import in_use_bytes
 
-    if libc().mallinfo2 is not None:
-        stats = malloc_stats()
-        return stats["in_use_bytes"]
+    in_use = in_use_bytes()
+    if in_use is not None:
+        return in_use
     from ..probes.process import resident_bytes
 
     return resident_bytes()

@@ -121,12 +121,10 @@ def release_freed(before_bytes: int) -> int:
     Given back, the leak's allocations fault in new pages, and the drop is added
     back to the later samples' resident sizes (:func:`memprobe.leak._series.sample_series`).
     """
-    from ..probes.malloc import libc
+    from ..probes.malloc import trim_free_pages
     from ..probes.process import resident_bytes
 
-    trim = libc().malloc_trim
-    if trim is not None:
-        trim(0)
+    trim_free_pages()
     after = resident_bytes()
     return max(0, before_bytes - after) if before_bytes and after else 0
 

@@ -111,6 +111,20 @@ def malloc_stats() -> dict[str, int]:
 _unpack = struct.Struct(f"{len(_MALLINFO2_FIELDS)}N").unpack
 
 
+def in_use_bytes() -> int | None:
+    """malloc's bytes in use (chunks in use and mmapped, ``mallinfo2``), or None where
+    the C library cannot tell."""
+    return malloc_stats()["in_use_bytes"] if libc().mallinfo2 is not None else None
+
+
+def trim_free_pages() -> None:
+    """Give the heap's free pages back to the system: ``malloc_trim(0)``, where the C
+    library has it (nothing elsewhere)."""
+    trim = libc().malloc_trim
+    if trim is not None:
+        trim(0)
+
+
 def _rss_bytes() -> int:
     """Resident bytes of this process from ``/proc/self/statm``, or -1."""
     try:

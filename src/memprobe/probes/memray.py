@@ -28,7 +28,7 @@ from .._sitestats import is_library
 from ..hookspecs import hookimpl
 from ..keys import format_site
 from ..metrics import Metric
-from .malloc import libc, malloc_stats
+from .malloc import in_use_bytes, trim_free_pages
 from .process import resident_bytes
 
 _MEMPROBE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -163,11 +163,6 @@ def read_sites_apart(path: str, *, native: bool = False) -> list[NativeSite]:
             for site, size, count in json.loads(out.stdout)]
 
 
-def _in_use_bytes() -> int:
-    """malloc's bytes in use (glibc's ``mallinfo2``), 0 where they cannot be read."""
-    return malloc_stats()["in_use_bytes"] if libc().mallinfo2 is not None else 0
-
-
 class MemrayWindow:
     """One memray tracking window of this process, written to a capture file.
 
@@ -243,9 +238,9 @@ class MemrayWindow:
         tracker, self._tracker = self._tracker, None
         if tracker is None:
             return []
-        in_use = _in_use_bytes()
+        in_use = in_use_bytes()
         tracker.__exit__(None, None, None)
-        self.freed_bytes = max(0, in_use - _in_use_bytes()) if in_use else 0
+        self.freed_bytes = max(0, in_use - (in_use_bytes() or 0)) if in_use else 0
         path = self.path
         assert path is not None
         try:
@@ -291,9 +286,7 @@ def window_own_bytes(window: MemrayWindow, kept_bytes: int) -> int:
     where it was. 0 when the resident size is unknown.
     """
     grown = resident_bytes()
-    trim = libc().malloc_trim
-    if trim is not None:
-        trim(0)
+    trim_free_pages()
     if not window.resident_before_bytes or not grown:
         return 0
     return max(0, grown - window.resident_before_bytes - kept_bytes - window.freed_bytes)
