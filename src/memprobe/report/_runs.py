@@ -370,16 +370,17 @@ def summarize(run: ProcessRun) -> RunSummary:
         out.append(ms)
     notes = list(dict.fromkeys(m.verdict.note for m in out if m.leak and m.verdict.note))
     title, suspects = _suspects(run, report)
+    # The last sample and its probes (not the alarm's capture line, which has none).
+    capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
+    last = [s for s in digest.last if capture_key not in s.values][-1:]
+    probes = {keys.split_short(keys.short_key(k, run.prefix))[0]
+              for s in last for k in s.values}
     hints = []
     short_of = [m.verdict for m in out
                 if m.verdict is not None and m.verdict.status == "insufficient"]
     if short_of:
-        hints.append(_insufficient_hint(short_of, digest.count, run.tags, _busy(run)))
-    # The probes of the last sample (not the alarm's capture line, which has none).
-    capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
-    last = [s for s in digest.last if capture_key not in s.values]
-    probes = {keys.split_short(keys.short_key(k, run.prefix))[0]
-              for s in last[-1:] for k in s.values}
+        busy = _busy(run, last[0].values, probes) if last else None
+        hints.append(_insufficient_hint(short_of, digest.count, run.tags, busy))
     if any(m.leak for m in out) and not probes & set(NAMING_PROBES):
         hints.append("to name the line that leaks, rerun with --probes process,gc,tracemalloc "
                      "(or add objects to name the type of object that piles up)")
@@ -423,21 +424,19 @@ def _how_to_sample_more(tags: Mapping[str, Any], busy: str | None = None) -> str
     return "run longer or sample more often"
 
 
-def _busy(run: ProcessRun) -> str | None:
-    """When the last sample took at least half the mean time between samples
-    (``memprobe run`` waits ``--interval`` after each), what to do instead of lowering
-    ``--interval``, naming the slowest probe; else None."""
+def _busy(run: ProcessRun, last: Mapping[str, Any], probes: set[str]) -> str | None:
+    """When the last sample (its values ``last``, of ``probes`` and the Prober's
+    sections) took at least half the mean time between samples (``memprobe run`` waits
+    ``--interval`` after each), what to do instead of lowering ``--interval``, naming
+    the slowest probe; else None."""
     d = run.digest
-    capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
-    last = [s.values for s in d.last if capture_key not in s.values][-1:]
-    took = last[0].get(keys.make_key(run.prefix, "overhead", "sample_seconds")) if last else None
+    took = last.get(keys.make_key(run.prefix, "overhead", "sample_seconds"))
     if d.count < 2 or not isinstance(took, (int, float)):
         return None
     gap = d.span_seconds / (d.count - 1)
     if took < 0.5 * gap:
         return None
-    probes = {keys.split_short(keys.short_key(k, run.prefix))[0] for k in last[0]}
-    cost = {p: last[0].get(keys.make_key(run.prefix, "overhead", f"{p}_seconds"), 0.0)
+    cost = {p: last.get(keys.make_key(run.prefix, "overhead", f"{p}_seconds"), 0.0)
             for p in probes - set(keys.PROBER_SECTIONS)}
     p = max(cost, key=lambda name: cost[name], default="")
     slowest = f" ({p} {cost[p]:.2g} s)" if p else ""
