@@ -355,3 +355,34 @@ def test_native_capture_names_the_line_that_called_a_leaking_c_function(leaklib,
                 if "memprobe/capture/duration_seconds" in s.values]
     assert make_key("memprobe", "capture", f"memray/top/{site}/size_bytes") in captured[0]
     assert not tracemalloc.is_tracing()
+
+
+def test_capture_without_memray_names_the_users_line_that_keeps_native_memory(leaklib):
+    """The default capture (no memray) of a leak made in C: tracemalloc sees only the
+    few bytes of each address the user's line keeps, far less than the growth. The
+    kind is native, and the user's line that keeps what holds it comes first."""
+    kept: list[int] = []
+    fired: list[memprobe.Verdict] = []
+    prober = memprobe.Prober(
+        probes=["process", "gc"], on_leak=fired.append, leak_check_every=50,
+        load_entrypoints=False, leak_options={"threshold_per_step": 16384},
+        capture_on_leak={"duration_seconds": 0.3, "holders": False})
+    line = 0
+    try:
+        with prober:
+            for step in range(6000):
+                _cheap_step()
+                if step >= 300:
+                    kept.append(leaklib.leaky_alloc(64 * 1024)); line = _line()  # noqa: E702
+                prober.sample(step)
+                if prober.alarm.culprits is not None and prober.alarm.alarmed:
+                    break
+    finally:
+        for p in kept:
+            leaklib.release(p)
+    assert prober.alarm.culprits is not None, "the capture never closed"
+    site = f"tests/test_alarm_capture.py:{line}"
+    v = prober.alarm.latest.verdicts[fired[0].key]  # the verdict that opened the capture
+    assert v.kind == "native", (v.kind, v.note)
+    assert v.culprits[0] == site, v.culprits
+    assert f"held by objects the user's lines keep ({site})" in v.note, v.note

@@ -389,8 +389,12 @@ class LeakState:
         """Replace the culprit ``native`` (said at the alarm, before a memray window
         closed) with the native stacks a native verdict now names, else those the
         latest memray window saw: the user's line down to the C function
-        (``app.py:12 → leaky_alloc``)."""
-        return self._replace_native(_native_stacks(v.culprits) or list(self._native_stacks))
+        (``app.py:12 → leaky_alloc``); else the user's lines whose kept objects hold
+        it, that the alarm's capture saw (a ``torch.Tensor``, a C buffer's address)."""
+        held = [mkeys.format_culprit(n) for n in v.culprits
+                if _is_site(n) and not mkeys.is_library_site(n)]
+        return self._replace_native(_native_stacks(v.culprits) or list(self._native_stacks)
+                                    or held)
 
     def _replace_native(self, names: list[str]) -> list[str]:
         """``names`` in place of the culprit ``native`` (at its rate); those added."""
@@ -398,6 +402,7 @@ class LeakState:
             return []
         rate = self.culprits.pop("native")
         self._dropped.add("native")
+        self._guessed.discard("native")
         added = []
         for name in names:
             if name not in self.culprits and len(self.culprits) < MAX_CULPRITS:

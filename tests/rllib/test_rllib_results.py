@@ -299,6 +299,38 @@ def test_a_guessed_native_culprit_replaced_by_the_capture_is_logged_as_zero():
     assert named[native] == 0.0
 
 
+def test_a_guessed_native_culprit_gives_way_to_the_users_line_that_holds_it():
+    """Default mode, a kept ``torch.Tensor`` or C buffer: the capture judges the growth
+    native and names the user's line whose objects hold it. That line replaces the
+    guessed "native" (logged at 0); a native verdict naming only a library's line or a
+    type keeps "native"."""
+    from memprobe import Report, Verdict
+
+    key = "memprobe/process/rss_bytes"
+    native = "memprobe/leak/culprit/native/rate_per_hour"
+    line = "memprobe/leak/culprit/app.py:12/rate_per_hour"
+
+    def run(*culprits):
+        leak, prober = _checked_by_hand(confirmations=1)
+
+        def check(**fields):
+            v = Verdict(key, "leak", 4096.0, 2048.0, 8192.0, 2.0**30, 40, 0, unit="bytes",
+                        **fields)
+            new_evidence(prober.alarm)
+            prober.alarm.check(Report({key: v}, prefix="memprobe"))
+            return leak.values([key])
+
+        with pytest.warns(Warning, match="env_runner 1 leaks"):
+            check()
+        return check(kind="native", culprits=culprits)
+
+    held = run("app.py:12", "torch.Tensor", "ray/rllib/env/single_agent_episode.py:80")
+    assert held[line] == 2.0**30 and held[native] == 0.0
+    assert [k for k in held if "/culprit/" in k and held[k]] == [line]
+    library = run("numpy/_core/numeric.py:232", "torch.Tensor")
+    assert library[native] == 2.0**30 and line not in library
+
+
 def test_the_captured_culprits_rates_follow_the_order_the_verdict_gives():
     """The capture names the user's line (most of what it kept), a second line and a
     library type: the type is left out beside a named line, each line gets its share of

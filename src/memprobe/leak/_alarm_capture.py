@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import ConfigError, show
 from .._flatten import SiteKeyCap, flatten
 from .._sample import Number
-from ..keys import make_key, prefix_path
+from ..keys import format_culprit, is_library_site, make_key, prefix_path
 
 if TYPE_CHECKING:
     from ..capture import CulpritCapture, Culprits
@@ -75,8 +75,10 @@ def check_capture_option(value: Any) -> dict[str, Any] | None:
 
 
 def captured_names(culprits: Culprits, n: int = 5) -> tuple[str, ...]:
-    """The culprits a verdict shows: Python lines, then native sites, then types."""
-    names = [s for s, _, _ in culprits.python_sites[:3]]
+    """The culprits a verdict shows: Python lines (the user's first), then native sites,
+    then types."""
+    sites = sorted((s for s, _, _ in culprits.python_sites), key=is_library_site)
+    names = sites[:3]
     names += [s.site for s in culprits.native_sites[:2]]
     names += [t for t, _ in culprits.types[:2]]
     return tuple(dict.fromkeys(names))[:n]
@@ -84,13 +86,18 @@ def captured_names(culprits: Culprits, n: int = 5) -> tuple[str, ...]:
 
 #: Share of the verdict's growth over the capture that kept bytes must reach to explain it.
 _KEPT_SHARE = 0.25
+#: Blocks a user's line must keep over the capture to be named the holder of native memory
+#: the capture could not trace (one kept by chance is not a pattern).
+_HOLDER_BLOCKS = 2
 
 
 def captured_kind(culprits: Culprits, verdict: Verdict,
                   samples: int) -> tuple[str, str] | None:
     """The kind of a bytes verdict with no kind of its own, from what the capture saw kept
     over its ``samples`` against the growth at the verdict's rate per sample; with a note
-    saying so. None when the verdict has its kind, or the capture saw too little to tell."""
+    saying so. Python when its kept bytes explain the growth; native when memray's do,
+    or when they do not but the user's lines keep objects (which hold memory tracemalloc
+    does not see). None when the verdict has its kind, or the capture saw too little to tell."""
     if verdict.kind is not None or verdict.unit != "bytes":
         return None
     grown = verdict.slope_per_step * samples
@@ -104,6 +111,13 @@ def captured_kind(culprits: Culprits, verdict: Verdict,
         return "python", f"Python allocations; {basis}"
     if culprits.native_sites and native >= _KEPT_SHARE * grown:
         return "native", f"native memory; {basis}"
+    held = [s for s, _, count in culprits.python_sites
+            if count >= _HOLDER_BLOCKS and not is_library_site(s)]
+    if held and not culprits.native_sites:
+        # A kept ``torch.Tensor``, a C buffer's address: a few traced bytes at the user's
+        # line, and the memory they hold is not traced.
+        return "native", (f"native memory held by objects the user's lines keep "
+                          f"({', '.join(format_culprit(s) for s in held[:3])}); {basis}")
     return None
 
 
