@@ -126,3 +126,30 @@ def test_the_marker_refuses_a_warmup_that_eats_every_call(pytester: pytest.Pytes
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_warmup_eats_every_call: memprobe_leak_check: warmup: "
                                  "must be below repeats (30), got 30*"])
+
+
+_KEPT_PATTERNS = textwrap.dedent("""
+    import itertools, json, re, memprobe
+    count = itertools.count()
+    keep = []
+    def patterns():
+        keep.append(re.compile(rf"s{next(count)}_(\\d+)_[a-z]{{3}}" * 8))
+    r = memprobe.check_leaks(patterns, repeats=40,
+                             probes=["process", "tracemalloc", "malloc"])
+    print(json.dumps([r.kind, r.culprits[:2], {v.metric: v.kind for v in r.leaking}]))
+""")
+
+
+def test_a_librarys_kept_objects_are_python_at_the_users_line() -> None:
+    """Kept ``re.Pattern`` objects, built inside ``re.compile``: Python allocations at
+    the user's line, with malloc's bytes in use beside them (the patterns' larger
+    blocks, and ``re``'s own cache filling)."""
+    out = subprocess.run([sys.executable, "-c", _KEPT_PATTERNS], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    import json
+
+    kind, culprits, by_metric = json.loads(out.stdout.strip().splitlines()[-1])
+    assert kind == "python", (kind, culprits, by_metric)
+    assert culprits[0] == "string:6 → re/_compiler.py:761", culprits
+    assert by_metric.get("tracemalloc/filtered_bytes") == "python", by_metric

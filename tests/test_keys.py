@@ -94,3 +94,11 @@ def test_leak_and_culprit_keys():
     assert not keys.is_leak_key("memprobe/leak/hours_to_oom_max", "hours_to_oom")
     assert keys.join_prefix("memprobe", "learner_2") == "memprobe/learner_2"
     assert keys.split_short("rss_bytes") == ("", "rss_bytes")
+
+
+def test_library_types_are_told_from_the_users():
+    for name in ("cell", "dict", "collections.Counter",
+                 "re.Pattern", "numpy.ndarray"):
+        assert keys.is_library_type(name), name
+    for name in ("my_env.Note", "__main__.Record", "memprobe_test_leaky_env.StepNote"):
+        assert not keys.is_library_type(name), name

@@ -130,6 +130,36 @@ def test_analyze_samples_names_the_site() -> None:
     assert not quiet.has_leak and quiet.culprits == [] and quiet.kind is None
 
 
+@pytest.mark.parametrize(("kept_type", "kind", "first"), [
+    ("re.Pattern", "python", "app/cache.py:12"),  # a library's class: the user's line says more
+    ("numpy.ndarray", "python", "app/cache.py:12"),
+    ("app.Session", "objects", "app.Session"),  # the user's own class: look for its holders
+])
+def test_a_kept_type_is_retained_objects_only_when_it_is_the_users_class(
+        kept_type: str, kind: str, first: str) -> None:
+    samples = _samples(60, 8192)
+    for i, s in enumerate(samples):
+        s.values[f"memprobe/objects/top/{kept_type}/count"] = 10 + 4 * i
+    report = memprobe.analyze_samples(samples)
+    traced = report.get("tracemalloc/traced_bytes")
+    assert traced.kind == kind and traced.culprits[0] == first, traced
+
+
+def test_a_python_leak_spread_below_each_sites_floor_is_named_by_the_sites_that_grow() -> None:
+    """The traced bytes leak, but no site alone grows past the floor a site's verdict
+    needs: the sites growing slightly name it, not nothing."""
+    samples = _samples(60, 0)
+    for i, s in enumerate(samples):
+        s.values["memprobe/tracemalloc/traced_bytes"] += 4 * 3000 * i
+        for j in range(4):
+            s.values[f"memprobe/tracemalloc/top/app/part{j}.py:7/size_bytes"] = 500 + 3000 * i
+    report = memprobe.analyze_samples(samples)
+    traced = report.get("tracemalloc/traced_bytes")
+    assert traced.leaking and traced.kind == "python", traced
+    assert not any(v.leaking for v in report.sites), report.sites
+    assert traced.culprits and traced.culprits[0].startswith("app/part"), traced
+
+
 def _fresh_mib() -> mmap.mmap:
     """1 MiB in fresh pages, touched: rss grows by it (a bytearray could reuse free heap
     pages earlier tests left resident, and rss not grow; seen in CI)."""

@@ -303,3 +303,12 @@ def _is_library_head(head: str) -> bool:
         return True
     roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
     return bool(origin) and any(origin.startswith(r) for r in roots)
+
+
+def is_library_type(name: str) -> bool:
+    """Whether a type name (``dict``, ``collections.Counter``, ``ray.rllib.x.Episode``)
+    is a builtin's or comes from the standard library or an installed package."""
+    module = name.rsplit(".", 1)[0] if "." in name else ""
+    if module == "__main__":  # the user's script, whatever runs it
+        return False
+    return not module or is_library_site(module.split(".", 1)[0] + ".py")

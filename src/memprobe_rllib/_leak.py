@@ -36,6 +36,7 @@ from typing import Any
 import memprobe
 from memprobe import LeakWarning
 from memprobe import keys as mkeys
+from memprobe.keys import is_library_type
 
 from ._results import warn
 
@@ -89,15 +90,6 @@ def _native_stacks(names: Sequence[str]) -> list[str]:
     return [name for n in names
             if _is_site(n) and not mkeys.is_library_site(n)
             and ".py:" not in (name := mkeys.format_culprit(n)).rsplit(" → ", 1)[-1]]
-
-
-def is_library_type(name: str) -> bool:
-    """Whether a type name (``dict``, ``collections.Counter``, ``ray.rllib.x.Episode``)
-    is a builtin's or comes from the standard library or an installed package."""
-    module = name.rsplit(".", 1)[0] if "." in name else ""
-    if module == "__main__":  # the user's script, whatever runs it
-        return False
-    return not module or mkeys.is_library_site(module.split(".", 1)[0] + ".py")
 
 
 def _is_site(name: str) -> bool:

@@ -145,16 +145,6 @@ def test_library_sites_are_told_from_the_users():
         assert not is_library_site(site), site
 
 
-def test_library_types_are_told_from_the_users():
-    from memprobe_rllib._leak import is_library_type
-
-    for name in ("cell", "dict", "collections.Counter",
-                 "ray.rllib.env.single_agent_episode.SingleAgentEpisode"):
-        assert is_library_type(name), name
-    for name in ("my_env.Note", "__main__.Record", "memprobe_test_leaky_env.StepNote"):
-        assert not is_library_type(name), name
-
-
 def test_growing_types_are_named_from_the_history():
     from memprobe import Sample
     from memprobe_rllib._leak import growing_types

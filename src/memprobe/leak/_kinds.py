@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from .._registry import builtin_declarations, growth_kinds, judged_metrics
-from ..keys import format_culprit, is_library_site, split_short
+from ..keys import format_culprit, is_library_site, is_library_type, split_short
 from ._windows import WindowEvidence
 
 __all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
@@ -89,9 +89,11 @@ NO_USER_FRAME = ("no frame of the user's code among the frames traced for {site}
 
 def _python(sites: Sequence[str], types: Sequence[str]) -> tuple[str, tuple[str, ...], str]:
     """Python allocations; retained objects when the fastest-growing type is a class of
-    a module (``my_mod.Cache``), not a builtin (``dict``, ``bytes``). When the first site
-    is a library's line alone, the note says the user's frame was not reached."""
-    if types and "." in types[0]:
+    the user's (``my_mod.Cache``), not a builtin's or a library's (``dict``,
+    ``re.Pattern``, ``numpy.ndarray``: the user's line that keeps them says more). When
+    the first site is a library's line alone, the note says the user's frame was not
+    reached."""
+    if types and "." in types[0] and not is_library_type(types[0]):
         return "objects", (*types, *sites), KINDS["objects"]
     note = KINDS["python"]
     if sites and is_library_site(sites[0]):
@@ -196,6 +198,9 @@ def classify(
         ``torch.Tensor`` is a few dozen traced bytes, its storage is not traced).
     """
     own = _OWN_KIND.get(metric)
+    # A leak of Python allocations spread over a few sites can grow at each by less than
+    # the floor a site's own verdict needs: the sites that grow at all name it then.
+    sites = sites or tuple(h for h in holders if not h.startswith("<"))
     if own == "python":
         return _python(sites, types)
     if own == "objects":
@@ -212,6 +217,8 @@ def classify(
     py = None if traced is not None else by_metric.get(FILTERED) or by_metric.get(TRACED)
     objects_grow = bool(types) or _grows(by_metric.get("objects/total_count")) or _grows(
         by_metric.get(BLOCKS))
+    if own == "native" and _grows(py, 0.5 * rate):
+        return _python(sites, types)  # malloc's bytes in use, Python's allocations among them
     if own == "native":  # malloc's bytes in use: held by objects the user's lines make?
         held = _held(metric, rate, windows, holders, types, traced) \
             if objects_grow and not _grows(py, 0.1 * rate) and (
