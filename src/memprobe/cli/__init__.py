@@ -59,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
                    "see `memprobe probes`")
     r.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
                    help="seconds between samples, 0.001 to 86400 (default: 0.1)")
+    r.add_argument("--budget", type=float, default=None, metavar="FRACTION",
+                   help="the fraction of wall time sampling may take, in (0, 1]: after a "
+                   "sample of d seconds the next waits at least d/FRACTION - d")
     r.add_argument("-o", "--output", default="memprobe.jsonl", metavar="PATH",
                    help="JSONL file written (replaced at the end; default: memprobe.jsonl)")
     r.add_argument("-q", "--quiet", action="store_true",

@@ -16,6 +16,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -33,6 +34,9 @@ PROG = "memprobe"
 MIN_INTERVAL_SECONDS = 0.001
 #: The longest ``--interval``: a day (a thread's wait has a limit near 9.2e9 s).
 MAX_INTERVAL_SECONDS = 86400.0
+
+# Bound at import: a program that patches ``time`` does not reach the sampler's own clock.
+_perf_counter = time.perf_counter
 
 
 class CliError(MemprobeError):
@@ -89,25 +93,51 @@ class Sampler:
 
     A sample that raises (a program that patched ``time``) is dropped: the
     program's run matters more than one sample.
+
+    With a ``budget`` (a fraction of wall time), a sample that took ``d`` seconds is
+    followed by a wait of at least ``d / budget - d`` (:meth:`pause_after`): the
+    sampler thread, which holds the GIL while it samples, takes at most ``budget`` of
+    the program's wall time whatever a sample costs (a tenth of a second for the
+    tracemalloc probe once numpy is imported: docs/performance.md). Every probe runs
+    in every sample, so that their series stay comparable point by point.
     """
 
-    def __init__(self, prober: Any, interval: float) -> None:
+    def __init__(self, prober: Any, interval: float, budget: float | None = None) -> None:
         self.prober = prober
         self.interval = interval
+        self.budget = budget
         self.step = 0
+        #: Wall seconds spent in samples, and the waits the budget made longer than
+        #: the interval.
+        self.busy_seconds = 0.0
+        self.stretched = 0
         self.pid = os.getpid()
         self._stop = threading.Event()
+        self._wait = interval
         self._thread = threading.Thread(target=self._loop, name="memprobe-sampler", daemon=True)
 
+    def pause_after(self, seconds: float) -> float:
+        """The wait after a sample that took ``seconds``: the interval, or longer, so that
+        sampling's share ``seconds / (seconds + wait)`` stays within the budget."""
+        if self.budget is None or seconds <= 0.0:
+            return self.interval
+        return max(self.interval, seconds / self.budget - seconds)
+
     def _sample(self, force: bool = False) -> None:
+        t0 = _perf_counter()
         try:
             self.prober.sample(step=self.step, force=force)
             self.step += 1
         except Exception:
             pass
+        took = _perf_counter() - t0
+        self.busy_seconds += took
+        self._wait = self.pause_after(took)
+        if self._wait > self.interval:
+            self.stretched += 1
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._stop.wait(self._wait):
             self._sample()
 
     def start(self) -> None:
@@ -131,7 +161,7 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
     Everything after the script or ``-m module`` belongs to the program, as
     with ``python``: ``memprobe run -m json.tool --sort-keys in.json``.
     """
-    with_value = {"--probes", "--interval", "-o", "--output"}
+    with_value = {"--probes", "--interval", "--budget", "-o", "--output"}
     own: list[str] = []
     i = 0
     while i < len(argv):
@@ -207,6 +237,15 @@ def _interval(value: float) -> float:
     return value
 
 
+def _budget(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not 0.0 < value <= 1.0:
+        raise ConfigError("--budget", f"must be a fraction of wall time in (0, 1] "
+                          f"(0.1: sampling takes at most 10%), got {value!r}")
+    return value
+
+
 def _save_samples(tmp: str, held: int, ident: tuple[int, int], out: str) -> tuple[str, str]:
     """After the rename of ``tmp`` onto ``out`` failed: where the samples are now, and why.
 
@@ -239,6 +278,7 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
     from ..engine._prober import Prober
 
     _interval(opts.interval)
+    budget = _budget(opts.budget)
     names = [n.strip() for n in opts.probes.split(",") if n.strip()]
     if not names:
         raise ConfigError("--probes", "names no probe")
@@ -274,7 +314,7 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
         raise
     held_ident = identity(held)
     own.open(tmp, {"role": "main", "command": module or script})
-    sampler = Sampler(prober, opts.interval)
+    sampler = Sampler(prober, opts.interval, budget)
     err = sys.stderr  # memprobe's own lines go here, whatever the program does to sys.stderr
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     code = 0
