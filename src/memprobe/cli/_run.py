@@ -34,6 +34,11 @@ PROG = "memprobe"
 MIN_INTERVAL_SECONDS = 0.001
 #: The longest ``--interval``: a day (a thread's wait has a limit near 9.2e9 s).
 MAX_INTERVAL_SECONDS = 86400.0
+#: The fraction of wall time ``memprobe run``'s sampling may take by default
+#: (``--budget``): at most 1.25x on the program's wall time whatever a sample costs,
+#: and still enough samples for a verdict and the culprit on a few seconds' program
+#: whose samples cost milliseconds (docs/performance.md, memprobe run's cost).
+DEFAULT_RUN_BUDGET = 0.2
 
 # Bound at import: a program that patches ``time`` does not reach the sampler's own clock.
 _perf_counter = time.perf_counter
@@ -111,10 +116,10 @@ class Sampler:
         #: the interval.
         self.busy_seconds = 0.0
         self.stretched = 0
+        self.tried = 0
         self.pid = os.getpid()
         self._stop = threading.Event()
-        self._wait = interval
-        self._thread = threading.Thread(target=self._loop, name="memprobe-sampler", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def pause_after(self, seconds: float) -> float:
         """The wait after a sample that took ``seconds``: the interval, or longer, so that
@@ -123,7 +128,13 @@ class Sampler:
             return self.interval
         return max(self.interval, seconds / self.budget - seconds)
 
-    def _sample(self, force: bool = False) -> None:
+    @property
+    def mean_seconds(self) -> float:
+        """The mean wall time of a sample so far."""
+        return self.busy_seconds / self.tried if self.tried else 0.0
+
+    def _sample(self, force: bool = False) -> float:
+        """One sample; returns the wall seconds it took."""
         t0 = _perf_counter()
         try:
             self.prober.sample(step=self.step, force=force)
@@ -131,23 +142,31 @@ class Sampler:
         except Exception:
             pass
         took = _perf_counter() - t0
+        self.tried += 1
         self.busy_seconds += took
-        self._wait = self.pause_after(took)
-        if self._wait > self.interval:
-            self.stretched += 1
+        return took
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self._wait):
-            self._sample()
+    def _wait_after(self, took: float) -> float:
+        wait = self.pause_after(took)
+        if wait > self.interval:
+            self.stretched += 1
+        return wait
+
+    def _loop(self, wait: float) -> None:
+        while not self._stop.wait(wait):
+            wait = self._wait_after(self._sample())
 
     def start(self) -> None:
         self.prober.start()
-        self._sample(force=True)
+        wait = self._wait_after(self._sample(force=True))
+        self._thread = threading.Thread(target=self._loop, args=(wait,),
+                                        name="memprobe-sampler", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self._sample(force=True)
         try:
             self.prober.stop()
@@ -377,6 +396,11 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
             return 130
         return code
     if not opts.quiet and where:
+        if sampler.stretched:
+            say(err, f"{PROG}: {sampler.stretched} of {sampler.tried - 1} waits between "
+                f"samples were longer than --interval {opts.interval:g}, to keep sampling "
+                f"within --budget {budget:g} of the run (a sample took "
+                f"{sampler.mean_seconds:.2g} s on average); --budget 1 samples every --interval")
         shown_where = shown if where == out else where
         hint = shlex.quote(shown_where)  # pasted into a shell as it is
         say(err, f"{PROG}: {sampler.step} samples of {','.join(names)} written to "

@@ -424,23 +424,33 @@ def _how_to_sample_more(tags: Mapping[str, Any], busy: str | None = None) -> str
     return "run longer or sample more often"
 
 
+#: The part of the time between ``memprobe run``'s samples that sampling took, from
+#: which on its ``--budget`` (0.2 by default; the probes' part of a sample is a little
+#: less than the sample) is taken to have spaced them out.
+BUDGET_SPACED = 0.15
+
+
 def _busy(run: ProcessRun, last: Mapping[str, Any], probes: set[str]) -> str | None:
     """When the last sample (its values ``last``, of ``probes`` and the Prober's
-    sections) took at least half the mean time between samples (``memprobe run`` waits
-    ``--interval`` after each), what to do instead of lowering ``--interval``, naming
-    the slowest probe; else None."""
+    sections) took a large part of the mean time between samples, what to do instead of
+    lowering ``--interval``, naming the slowest probe; else None. ``memprobe run`` waits
+    ``--interval`` after each sample, or longer so that sampling stays within its
+    ``--budget`` (default 0.2): a sample that took at least half the time between
+    samples leaves only running longer; one that took from 0.15 of it on was spaced
+    out by the budget."""
     d = run.digest
     took = last.get(keys.make_key(run.prefix, "overhead", "sample_seconds"))
     if d.count < 2 or not isinstance(took, (int, float)):
         return None
     gap = d.span_seconds / (d.count - 1)
-    if took < 0.5 * gap:
+    if took < BUDGET_SPACED * gap:
         return None
     cost = {p: last.get(keys.make_key(run.prefix, "overhead", f"{p}_seconds"), 0.0)
             for p in probes - set(keys.PROBER_SECTIONS)}
     p = max(cost, key=lambda name: cost[name], default="")
     slowest = f" ({p} {cost[p]:.2g} s)" if p else ""
-    return (f"run longer: a sample took {took:.2g} s{slowest} of the {gap:.2g} s between "
+    what = "run longer" if took >= 0.5 * gap else "run longer or raise --budget"
+    return (f"{what}: a sample took {took:.2g} s{slowest} of the {gap:.2g} s between "
             "samples, so a lower --interval adds few")
 
 
