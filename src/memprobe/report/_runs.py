@@ -424,20 +424,15 @@ def _how_to_sample_more(tags: Mapping[str, Any], busy: str | None = None) -> str
     return "run longer or sample more often"
 
 
-#: The part of the time between ``memprobe run``'s samples that sampling took, from
-#: which on its ``--budget`` (0.2 by default; the probes' part of a sample is a little
-#: less than the sample) is taken to have spaced them out.
+#: From this part of the time between samples on, memprobe run's --budget (0.2) spaced them.
 BUDGET_SPACED = 0.15
 
 
 def _busy(run: ProcessRun, last: Mapping[str, Any], probes: set[str]) -> str | None:
     """When the last sample (its values ``last``, of ``probes`` and the Prober's
-    sections) took a large part of the mean time between samples, what to do instead of
-    lowering ``--interval``, naming the slowest probe; else None. ``memprobe run`` waits
-    ``--interval`` after each sample, or longer so that sampling stays within its
-    ``--budget`` (default 0.2): a sample that took at least half the time between
-    samples leaves only running longer; one that took from 0.15 of it on was spaced
-    out by the budget."""
+    sections) took from ``BUDGET_SPACED`` of the mean time between samples (``memprobe
+    run`` waits ``--interval`` after each, or longer within its ``--budget``), what to do
+    instead of lowering ``--interval``, naming the slowest probe; else None."""
     d = run.digest
     took = last.get(keys.make_key(run.prefix, "overhead", "sample_seconds"))
     if d.count < 2 or not isinstance(took, (int, float)):
