@@ -41,7 +41,7 @@ MAX_INTERVAL_SECONDS = 86400.0
 DEFAULT_RUN_BUDGET = 0.2
 
 # Bound at import: a program that patches ``time`` does not reach the sampler's own clock.
-_perf_counter = time.perf_counter
+_thread_time = time.thread_time
 
 
 class CliError(MemprobeError):
@@ -99,12 +99,15 @@ class Sampler:
     A sample that raises (a program that patched ``time``) is dropped: the
     program's run matters more than one sample.
 
-    With a ``budget`` (a fraction of wall time), a sample that took ``d`` seconds is
-    followed by a wait of at least ``d / budget - d`` (:meth:`pause_after`): the
-    sampler thread, which holds the GIL while it samples, takes at most ``budget`` of
-    the program's wall time whatever a sample costs (a tenth of a second for the
-    tracemalloc probe once numpy is imported: docs/performance.md). Every probe runs
-    in every sample, so that their series stay comparable point by point.
+    With a ``budget`` (a fraction of wall time), a sample that took ``d`` seconds of the
+    sampler thread's CPU time is followed by a wait of at least ``d / budget - d``
+    (:meth:`pause_after`): the sampler thread, which holds the GIL while it works,
+    takes at most ``budget`` of the program's wall time whatever a sample costs (a
+    tenth of a second for the tracemalloc probe once numpy is imported:
+    docs/performance.md). CPU time, not wall time: the time a sample waits for the GIL
+    or for a core that other processes hold costs the program nothing, and counting it
+    would leave a loaded machine too few samples. Every probe runs in every sample, so
+    that their series stay comparable point by point.
     """
 
     def __init__(self, prober: Any, interval: float, budget: float | None = None) -> None:
@@ -112,7 +115,7 @@ class Sampler:
         self.interval = interval
         self.budget = budget
         self.step = 0
-        #: Wall seconds spent in samples, and the waits the budget made longer than
+        #: CPU seconds spent in samples, and the waits the budget made longer than
         #: the interval.
         self.busy_seconds = 0.0
         self.stretched = 0
@@ -130,18 +133,18 @@ class Sampler:
 
     @property
     def mean_seconds(self) -> float:
-        """The mean wall time of a sample so far."""
+        """The mean CPU time of a sample so far."""
         return self.busy_seconds / self.tried if self.tried else 0.0
 
     def _sample(self, force: bool = False) -> float:
-        """One sample; returns the wall seconds it took."""
-        t0 = _perf_counter()
+        """One sample; returns the CPU seconds it took."""
+        t0 = _thread_time()
         try:
             self.prober.sample(step=self.step, force=force)
             self.step += 1
         except Exception:
             pass
-        took = _perf_counter() - t0
+        took = _thread_time() - t0
         self.tried += 1
         self.busy_seconds += took
         return took
@@ -400,7 +403,8 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
             say(err, f"{PROG}: {sampler.stretched} of {sampler.tried - 1} waits between "
                 f"samples were longer than --interval {opts.interval:g}, to keep sampling "
                 f"within --budget {budget:g} of the run (a sample took "
-                f"{sampler.mean_seconds:.2g} s on average); --budget 1 samples every --interval")
+                f"{sampler.mean_seconds:.2g} s of CPU on average); --budget 1 samples every "
+                "--interval")
         shown_where = shown if where == out else where
         hint = shlex.quote(shown_where)  # pasted into a shell as it is
         say(err, f"{PROG}: {sampler.step} samples of {','.join(names)} written to "
