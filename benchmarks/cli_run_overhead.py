@@ -28,6 +28,13 @@ Rows:
   and at ``--interval 0.02``, under the default budget.
 * ``tm/nb``, ``tm.02/nb``: the same with ``--budget 1`` (only ``--interval`` spaces the
   samples: ``memprobe run`` before the budget).
+
+``--parts`` adds where the time goes, as ratios of CPU times (medians over interleaved
+rounds): in one process tracing with 4 frames after ``import numpy`` and 300 of the
+program's calls, one ``sample()`` of the tracemalloc probe against the raw copy of the
+traces it starts with (``_tracemalloc._get_traces()``), and the program's call traced
+against untraced; and as whole commands, ``python -c "import numpy"`` with
+``PYTHONTRACEMALLOC=4`` against without (tracing's cost on an import's allocations).
 """
 
 from __future__ import annotations
@@ -103,10 +110,52 @@ def run_row(name: str, workdir: str, env: dict[str, str]) -> dict[str, object]:
     return res
 
 
+def parts(rounds: int, env: dict[str, str], workdir: str) -> None:
+    """Where the time goes: see the module's docstring (``--parts``)."""
+    code = f"""
+import sys, time, statistics, _tracemalloc
+sys.path[:0] = [{SRC!r}, {HERE!r}]
+from interleaved import time_rows
+from memprobe.probes.tracemalloc import TracemallocProbe
+p = TracemallocProbe()
+p.start()
+import numpy, helper
+for _ in range(300):
+    helper.remember(6_000)
+p.sample(); p.sample()  # the probe's sites known, as in a run's steady state
+rows = [("sample", p.sample), ("copy", lambda: len(_tracemalloc._get_traces())),
+        ("step", lambda: helper.remember(6_000))]
+traced = len(_tracemalloc._get_traces())
+t = time_rows(rows, {rounds} * 4, 1, timer=time.thread_time)
+p.stop()
+u = time_rows([("step", lambda: helper.remember(6_000))], {rounds} * 4, 20,
+              timer=time.thread_time)[0]
+med = statistics.median
+print(f"traced blocks {{traced}}; thread CPU, medians of {{len(t[0])}} rounds:")
+print(f"  a sample / the raw copy of the traces   {{med(a / b for a, b in zip(t[0], t[1])):.2f}}")
+print(f"  a sample, ms of CPU                      {{med(t[0]) / 1e3:.0f}}")
+print(f"  the program's call traced / untraced    {{med(t[2]) / med(u):.2f}}")
+"""
+    subprocess.run([sys.executable, "-c", code], cwd=workdir, env=env, check=True)
+    ratios = []
+    for _ in range(rounds):
+        cpu = []
+        for extra in ({}, {"PYTHONTRACEMALLOC": "4"}):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run([sys.executable, "-c", "import numpy"], env={**env, **extra},
+                           check=True)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        ratios.append(cpu[1] / cpu[0])
+    print(f"  python -c 'import numpy', CPU traced (4 frames) / untraced, median of "
+          f"{rounds}: {statistics.median(ratios):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--only", default="", help="comma-separated rows (bare is always run)")
+    parser.add_argument("--parts", action="store_true", help="also where the time goes")
     args = parser.parse_args()
     names = list(ROWS) if not args.only else ["bare"] + [
         n for n in args.only.split(",") if n in ROWS and n != "bare"]
@@ -123,6 +172,8 @@ def main() -> None:
             for name in names[k:] + names[:k]:
                 results[name].append(run_row(name, workdir, env))
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+        if args.parts:
+            parts(args.rounds, env, workdir)
     bare = results["bare"]
     print(f"{sys.executable} {' '.join(sys.argv)}: {args.rounds} rounds, rotated order; "
           "medians over rounds of per-round ratios to the bare program")

@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="seconds between samples, 0.001 to 86400 (default: 0.1)")
     r.add_argument("--budget", type=float, default=DEFAULT_RUN_BUDGET, metavar="FRACTION",
                    help="the fraction of wall time sampling may take, in (0, 1]: after a "
-                   "sample of d seconds the next waits at least d/FRACTION - d "
+                   "sample that took d seconds of CPU the next waits at least d/FRACTION - d "
                    f"(default: {DEFAULT_RUN_BUDGET}; 1: only --interval)")
     r.add_argument("-o", "--output", default="memprobe.jsonl", metavar="PATH",
                    help="JSONL file written (replaced at the end; default: memprobe.jsonl)")
