@@ -35,9 +35,10 @@ MIN_INTERVAL_SECONDS = 0.001
 #: The longest ``--interval``: a day (a thread's wait has a limit near 9.2e9 s).
 MAX_INTERVAL_SECONDS = 86400.0
 #: The fraction of wall time ``memprobe run``'s sampling may take by default
-#: (``--budget``): at most 1.25x on the program's wall time whatever a sample costs,
-#: and still enough samples for a verdict and the culprit on a few seconds' program
-#: whose samples cost milliseconds (docs/performance.md, memprobe run's cost).
+#: (``--budget``): the sampler holds the GIL for at most a fifth of the run, so the
+#: program runs at most 1.25x as long for it whatever a sample costs, and a program of
+#: a few seconds whose samples cost milliseconds still gets enough samples for a
+#: verdict and its culprit (docs/performance.md, memprobe run's cost).
 DEFAULT_RUN_BUDGET = 0.2
 
 # Bound at import: a program that patches ``time`` does not reach the sampler's own clock.
