@@ -35,9 +35,9 @@ MIN_INTERVAL_SECONDS = 0.001
 #: The longest ``--interval``: a day (a thread's wait has a limit near 9.2e9 s).
 MAX_INTERVAL_SECONDS = 86400.0
 #: The fraction of wall time ``memprobe run``'s sampling may take by default
-#: (``--budget``): the sampler holds the GIL for at most a fifth of the run, so the
-#: program runs at most 1.25x as long for it whatever a sample costs, and a program of
-#: a few seconds whose samples cost milliseconds still gets enough samples for a
+#: (``--budget``): the sampler works for at most a fifth of the run, so on an idle
+#: machine the program runs at most 1.25x as long for it whatever a sample costs, and a
+#: program of a few seconds whose samples cost milliseconds still gets enough samples for a
 #: verdict and its culprit (docs/performance.md, memprobe run's cost).
 DEFAULT_RUN_BUDGET = 0.2
 
