@@ -23,7 +23,7 @@ from typing import Any
 
 from .._errors import ConfigError, MemprobeError
 from .._format import fmt_seconds, safe
-from ._run import PROG, CliError, cmd_run, say, split_argv
+from ._run import DEFAULT_RUN_BUDGET, PROG, CliError, cmd_run, say, split_argv
 
 __all__ = ["EXIT_LEAK", "PROG", "CliError", "main"]
 
@@ -59,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
                    "see `memprobe probes`")
     r.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
                    help="seconds between samples, 0.001 to 86400 (default: 0.1)")
+    r.add_argument("--budget", type=float, default=DEFAULT_RUN_BUDGET, metavar="FRACTION",
+                   help="the fraction of wall time sampling may take, in (0, 1]: after a "
+                   "sample that took d seconds of CPU the next waits at least d/FRACTION - d "
+                   f"(default: {DEFAULT_RUN_BUDGET}; 1: only --interval)")
     r.add_argument("-o", "--output", default="memprobe.jsonl", metavar="PATH",
                    help="JSONL file written (replaced at the end; default: memprobe.jsonl)")
     r.add_argument("-q", "--quiet", action="store_true",

@@ -16,6 +16,7 @@ import shlex
 import signal
 import sys
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Sequence
@@ -33,6 +34,15 @@ PROG = "memprobe"
 MIN_INTERVAL_SECONDS = 0.001
 #: The longest ``--interval``: a day (a thread's wait has a limit near 9.2e9 s).
 MAX_INTERVAL_SECONDS = 86400.0
+#: The fraction of wall time ``memprobe run``'s sampling may take by default
+#: (``--budget``): the sampler works for at most a fifth of the run, so on an idle
+#: machine the program runs at most 1.25x as long for it whatever a sample costs, and a
+#: program of a few seconds whose samples cost milliseconds still gets enough samples for a
+#: verdict and its culprit (docs/performance.md, memprobe run's cost).
+DEFAULT_RUN_BUDGET = 0.2
+
+# Bound at import: a program that patches ``time`` does not reach the sampler's own clock.
+_thread_time = time.thread_time
 
 
 class CliError(MemprobeError):
@@ -89,35 +99,78 @@ class Sampler:
 
     A sample that raises (a program that patched ``time``) is dropped: the
     program's run matters more than one sample.
+
+    With a ``budget`` (a fraction of wall time), a sample that took ``d`` seconds of the
+    sampler thread's CPU time is followed by a wait of at least ``d / budget - d``
+    (:meth:`pause_after`): the sampler thread, which holds the GIL while it works,
+    takes at most ``budget`` of the program's wall time whatever a sample costs (a
+    tenth of a second for the tracemalloc probe once numpy is imported:
+    docs/performance.md). CPU time, not wall time: the time a sample waits for the GIL
+    or for a core that other processes hold costs the program nothing, and counting it
+    would leave a loaded machine too few samples. Every probe runs in every sample, so
+    that their series stay comparable point by point.
     """
 
-    def __init__(self, prober: Any, interval: float) -> None:
+    def __init__(self, prober: Any, interval: float, budget: float | None = None) -> None:
         self.prober = prober
         self.interval = interval
+        self.budget = budget
         self.step = 0
+        #: CPU seconds spent in samples, and the waits the budget made longer than
+        #: the interval.
+        self.busy_seconds = 0.0
+        self.stretched = 0
+        self.tried = 0
         self.pid = os.getpid()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="memprobe-sampler", daemon=True)
+        self._thread: threading.Thread | None = None
 
-    def _sample(self, force: bool = False) -> None:
+    def pause_after(self, seconds: float) -> float:
+        """The wait after a sample that took ``seconds``: the interval, or longer, so that
+        sampling's share ``seconds / (seconds + wait)`` stays within the budget."""
+        if self.budget is None or seconds <= 0.0:
+            return self.interval
+        return max(self.interval, seconds / self.budget - seconds)
+
+    @property
+    def mean_seconds(self) -> float:
+        """The mean CPU time of a sample so far."""
+        return self.busy_seconds / self.tried if self.tried else 0.0
+
+    def _sample(self, force: bool = False) -> float:
+        """One sample; returns the CPU seconds it took."""
+        t0 = _thread_time()
         try:
             self.prober.sample(step=self.step, force=force)
             self.step += 1
         except Exception:
             pass
+        took = _thread_time() - t0
+        self.tried += 1
+        self.busy_seconds += took
+        return took
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._sample()
+    def _wait_after(self, took: float) -> float:
+        wait = self.pause_after(took)
+        if wait > self.interval:
+            self.stretched += 1
+        return wait
+
+    def _loop(self, wait: float) -> None:
+        while not self._stop.wait(wait):
+            wait = self._wait_after(self._sample())
 
     def start(self) -> None:
         self.prober.start()
-        self._sample(force=True)
+        wait = self._wait_after(self._sample(force=True))
+        self._thread = threading.Thread(target=self._loop, args=(wait,),
+                                        name="memprobe-sampler", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self._sample(force=True)
         try:
             self.prober.stop()
@@ -131,7 +184,7 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
     Everything after the script or ``-m module`` belongs to the program, as
     with ``python``: ``memprobe run -m json.tool --sort-keys in.json``.
     """
-    with_value = {"--probes", "--interval", "-o", "--output"}
+    with_value = {"--probes", "--interval", "--budget", "-o", "--output"}
     own: list[str] = []
     i = 0
     while i < len(argv):
@@ -207,6 +260,15 @@ def _interval(value: float) -> float:
     return value
 
 
+def _budget(value: float | None) -> float | None:
+    if value is None:
+        return None
+    if not 0.0 < value <= 1.0:
+        raise ConfigError("--budget", f"must be a fraction of wall time in (0, 1] "
+                          f"(0.1: sampling takes at most 10%), got {value!r}")
+    return value
+
+
 def _save_samples(tmp: str, held: int, ident: tuple[int, int], out: str) -> tuple[str, str]:
     """After the rename of ``tmp`` onto ``out`` failed: where the samples are now, and why.
 
@@ -239,6 +301,7 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
     from ..engine._prober import Prober
 
     _interval(opts.interval)
+    budget = _budget(opts.budget)
     names = [n.strip() for n in opts.probes.split(",") if n.strip()]
     if not names:
         raise ConfigError("--probes", "names no probe")
@@ -274,7 +337,7 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
         raise
     held_ident = identity(held)
     own.open(tmp, {"role": "main", "command": module or script})
-    sampler = Sampler(prober, opts.interval)
+    sampler = Sampler(prober, opts.interval, budget)
     err = sys.stderr  # memprobe's own lines go here, whatever the program does to sys.stderr
     saved_argv, saved_path0 = sys.argv[:], sys.path[0] if sys.path else None
     code = 0
@@ -337,6 +400,12 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
             return 130
         return code
     if not opts.quiet and where:
+        if sampler.stretched:
+            say(err, f"{PROG}: {sampler.stretched} of {sampler.tried - 1} waits between "
+                f"samples were longer than --interval {opts.interval:g}, to keep sampling "
+                f"within --budget {budget:g} of the run (a sample took "
+                f"{sampler.mean_seconds:.2g} s of CPU on average); --budget 1 samples every "
+                "--interval")
         shown_where = shown if where == out else where
         hint = shlex.quote(shown_where)  # pasted into a shell as it is
         say(err, f"{PROG}: {sampler.step} samples of {','.join(names)} written to "

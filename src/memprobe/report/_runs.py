@@ -424,23 +424,28 @@ def _how_to_sample_more(tags: Mapping[str, Any], busy: str | None = None) -> str
     return "run longer or sample more often"
 
 
+#: From this part of the time between samples on, memprobe run's --budget (0.2) spaced them.
+BUDGET_SPACED = 0.15
+
+
 def _busy(run: ProcessRun, last: Mapping[str, Any], probes: set[str]) -> str | None:
     """When the last sample (its values ``last``, of ``probes`` and the Prober's
-    sections) took at least half the mean time between samples (``memprobe run`` waits
-    ``--interval`` after each), what to do instead of lowering ``--interval``, naming
-    the slowest probe; else None."""
+    sections) took from ``BUDGET_SPACED`` of the mean time between samples (``memprobe
+    run`` waits ``--interval`` after each, or longer within its ``--budget``), what to do
+    instead of lowering ``--interval``, naming the slowest probe; else None."""
     d = run.digest
     took = last.get(keys.make_key(run.prefix, "overhead", "sample_seconds"))
     if d.count < 2 or not isinstance(took, (int, float)):
         return None
     gap = d.span_seconds / (d.count - 1)
-    if took < 0.5 * gap:
+    if took < BUDGET_SPACED * gap:
         return None
     cost = {p: last.get(keys.make_key(run.prefix, "overhead", f"{p}_seconds"), 0.0)
             for p in probes - set(keys.PROBER_SECTIONS)}
     p = max(cost, key=lambda name: cost[name], default="")
     slowest = f" ({p} {cost[p]:.2g} s)" if p else ""
-    return (f"run longer: a sample took {took:.2g} s{slowest} of the {gap:.2g} s between "
+    what = "run longer" if took >= 0.5 * gap else "run longer or raise --budget"
+    return (f"{what}: a sample took {took:.2g} s{slowest} of the {gap:.2g} s between "
             "samples, so a lower --interval adds few")
 
 
