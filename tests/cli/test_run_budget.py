@@ -1,6 +1,7 @@
 """``memprobe run --budget``: sampling takes at most that fraction of the run's wall time.
 
-After a sample that took ``d`` seconds of the sampler's CPU time, the sampler waits at
+After its first ``UNBUDGETED_SAMPLES`` (what a verdict needs, taken at ``--interval``), a
+sample that took ``d`` seconds of the sampler's CPU time is followed by a wait of at
 least ``d / budget - d``. The law is checked from what the run wrote, not from a clock's
 threshold: a plugin probe (a real one, installed through an entry point) walks every
 gc-tracked object of the program and reports the CPU seconds its own walk took, a lower
@@ -22,14 +23,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memprobe.cli._run import DEFAULT_RUN_BUDGET, Sampler
+from memprobe.cli._run import DEFAULT_RUN_BUDGET, UNBUDGETED_SAMPLES, Sampler
 
 #: Keeps 300,000 gc-tracked objects alive, so that each walk of them takes milliseconds,
-#: and runs long enough for a dozen samples.
+#: and runs long enough for the samples taken at --interval and a dozen after them.
 PROGRAM = """\
 import time
 held = [[i] for i in range(300_000)]
-end = time.monotonic() + 1.5
+end = time.monotonic() + 4
 while time.monotonic() < end:
     time.sleep(0.005)
 """
@@ -92,9 +93,10 @@ def run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], l
 def shortfalls(rows: list[dict], budget: float) -> list[float]:
     """For each pair of successive samples, how much sooner the second came than the
     budget's law allows (positive: the law broken). The exit sample is left out: the
-    program's end cuts the wait before it short."""
+    program's end cuts the wait before it short; so are the samples taken at
+    ``--interval`` before the budget applies."""
     out = []
-    rows = rows[:-1]
+    rows = rows[UNBUDGETED_SAMPLES - 1:-1]
     for a, b in zip(rows, rows[1:]):
         c = a["values"][CPU_KEY]
         out.append(c / budget - c - (b["time"] - a["time"]))
@@ -103,13 +105,18 @@ def shortfalls(rows: list[dict], budget: float) -> list[float]:
 
 def test_each_wait_keeps_sampling_within_the_budget(tmp_path: Path) -> None:
     res, rows = run(tmp_path, "--budget", "0.1")
-    assert len(rows) >= 4
+    assert len(rows) >= UNBUDGETED_SAMPLES + 4
     assert min(r["values"][CPU_KEY] for r in rows) > 0.0  # the walks cost: the law binds
     assert max(shortfalls(rows, 0.1)) <= SLACK_SECONDS, shortfalls(rows, 0.1)
-    # The walks' CPU time over the run's wall time, from the first walk's start to the
-    # last sample before the exit: within the budget.
-    cpu = [r["values"][CPU_KEY] for r in rows]
-    span = rows[-2]["time"] - rows[0]["time"] + cpu[0]
+    # The first samples came at --interval, sooner than the budget would space them.
+    first = rows[:UNBUDGETED_SAMPLES]
+    assert first[-1]["time"] - first[0]["time"] < sum(
+        r["values"][CPU_KEY] / 0.1 for r in first[:-1])
+    # The walks' CPU time over the run's wall time, from the first budgeted walk's
+    # start to the last sample before the exit: within the budget.
+    budgeted = rows[UNBUDGETED_SAMPLES - 1:]
+    cpu = [r["values"][CPU_KEY] for r in budgeted]
+    span = budgeted[-2]["time"] - budgeted[0]["time"] + cpu[0]
     assert sum(cpu[:-2]) <= 0.1 * span + SLACK_SECONDS
     # The closing lines: the waits the budget made longer, then where the samples went.
     lines = res.stderr.splitlines()
@@ -140,7 +147,11 @@ def test_a_budget_outside_0_1_is_refused_before_any_file(tmp_path: Path, value: 
        interval=st.floats(1e-3, 10.0))
 def test_pause_after_bounds_the_share_and_never_shortens_the_interval(
         seconds: float, budget: float, interval: float) -> None:
-    wait = Sampler(None, interval, budget).pause_after(seconds)
+    sampler = Sampler(None, interval, budget)
+    sampler.tried = UNBUDGETED_SAMPLES - 1
+    assert sampler.pause_after(seconds) == interval  # a verdict's samples first
+    sampler.tried = UNBUDGETED_SAMPLES
+    wait = sampler.pause_after(seconds)
     assert wait >= interval
     assert seconds / (seconds + wait) <= budget * (1 + 1e-9)
     # No longer than needed: the interval, or exactly the budget's share.

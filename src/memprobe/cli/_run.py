@@ -41,6 +41,12 @@ MAX_INTERVAL_SECONDS = 86400.0
 #: verdict and its culprit (docs/performance.md, memprobe run's cost).
 DEFAULT_RUN_BUDGET = 0.2
 
+#: The samples taken at ``--interval`` before the budget applies: what a verdict needs
+#: (twice ``analyze_samples``' ``min_points``, with the warm-up judged). A program of a
+#: few seconds whose samples cost a tenth of a second each still gets its verdict; a long
+#: run pays the budget's share after its first seconds.
+UNBUDGETED_SAMPLES = 40
+
 # Bound at import: a program that patches ``time`` does not reach the sampler's own clock.
 _thread_time = time.thread_time
 
@@ -100,7 +106,8 @@ class Sampler:
     A sample that raises (a program that patched ``time``) is dropped: the
     program's run matters more than one sample.
 
-    With a ``budget`` (a fraction of wall time), a sample that took ``d`` seconds of the
+    With a ``budget`` (a fraction of wall time), after the first
+    :data:`UNBUDGETED_SAMPLES`, a sample that took ``d`` seconds of the
     sampler thread's CPU time is followed by a wait of at least ``d / budget - d``
     (:meth:`pause_after`): the sampler thread, which holds the GIL while it works,
     takes at most ``budget`` of the program's wall time whatever a sample costs (a
@@ -127,8 +134,9 @@ class Sampler:
 
     def pause_after(self, seconds: float) -> float:
         """The wait after a sample that took ``seconds``: the interval, or longer, so that
-        sampling's share ``seconds / (seconds + wait)`` stays within the budget."""
-        if self.budget is None or seconds <= 0.0:
+        sampling's share ``seconds / (seconds + wait)`` stays within the budget once
+        :data:`UNBUDGETED_SAMPLES` samples were taken."""
+        if self.budget is None or seconds <= 0.0 or self.tried < UNBUDGETED_SAMPLES:
             return self.interval
         return max(self.interval, seconds / self.budget - seconds)
 
