@@ -160,6 +160,23 @@ def test_a_python_leak_spread_below_each_sites_floor_is_named_by_the_sites_that_
     assert traced.culprits and traced.culprits[0].startswith("app/part"), traced
 
 
+def test_a_site_too_young_for_a_verdict_of_its_own_still_names_a_python_leak() -> None:
+    """The leak's site appears halfway (after an import, in a short ``memprobe run``): too
+    few points for its own verdict; the traced bytes leak, and it is named by what it grew,
+    not the sum of the sites refused a key (``other``)."""
+    samples = _samples(60, 0)
+    for i, s in enumerate(samples):
+        s.values["memprobe/tracemalloc/traced_bytes"] += 20000 * i
+        # Summed into "other" until the site gets a key of its own at sample 35.
+        s.values["memprobe/tracemalloc/top/other/size_bytes"] = 100 + 20000 * min(i, 34)
+        if i >= 35:
+            s.values["memprobe/tracemalloc/top/helper.py:4/size_bytes"] = 20000 * i
+    report = memprobe.analyze_samples(samples)
+    traced = report.get("tracemalloc/traced_bytes")
+    assert traced.leaking and traced.kind == "python", traced
+    assert traced.culprits == ("helper.py:4",), traced
+
+
 def _fresh_mib() -> mmap.mmap:
     """1 MiB in fresh pages, touched: rss grows by it (a bytearray could reuse free heap
     pages earlier tests left resident, and rss not grow; seen in CI)."""

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .._errors import ConfigError, show
+from .._flatten import OTHER
 from .._format import fmt_value
 from .._registry import describe_key, installed_declarations
 from .._sample import Sample
@@ -395,10 +396,14 @@ def analyze_samples(
                 tiered[key], min_points,
                 lambda xs, ys, ts, k=key, th=th: judge(k, xs, ys, ts, th),
                 (key, th, floor, resident_floor, rate_floor, step, prefix, repr(options)))
+    young: list[tuple[float, str]] = []  # (grown, site): too few points for a verdict
     for key, (xs, ys, ts) in series.items() if sites else ():
         group = {"tracemalloc": site_v, "objects": type_v}.get(site_probe(key, prefix) or "")
         if group is not None:
             group.append(judge(key, xs, ys, ts, _threshold(key, shorts[key], thresholds, 0.0)))
+            if group is site_v and group[-1].status == "insufficient" and len(ys) > 2 \
+                    and group[-1].site != OTHER:
+                young.append((ys[-1] - ys[0], group[-1].site or ""))
 
     def rank(vs: list[Verdict]) -> tuple[Verdict, ...]:  # leaking and fastest first
         return tuple(sorted(vs, key=lambda v: (not v.leaking, -v.slope_per_step, v.key)))
@@ -406,7 +411,10 @@ def analyze_samples(
     sites_r, types_r = rank(site_v), rank(type_v)
     site_names = tuple(v.site or "" for v in sites_r if v.leaking)
     type_names = tuple(v.site or "" for v in types_r if v.leaking)
-    holders = tuple(v.site or "" for v in sites_r if v.status in ("leak", "slight"))
+    holders = tuple(v.site or "" for v in sites_r if v.status in ("leak", "slight")) or tuple(
+        # Sites that appeared too late for a verdict of their own (after an import, in
+        # a short run), by how much they grew: they still name a leak of Python's bytes.
+        site for grown, site in sorted(young, reverse=True)[:5] if grown > 0)
     forecast, rss_v = (series.get(key_of(prefix, FORECAST)),
                        verdicts.get(make_key(prefix, "process", "rss_bytes")))
     if forecast and forecast[1][-1] >= 0 and rss_v and rss_v.status in ("leak", "slight"):
