@@ -49,3 +49,37 @@ def test_holders_never_name_the_adapters_own_hook_frame():
     assert chains[0].complete, text
     assert "memprobe_rllib" not in text, text
     assert "EPISODES" in text, text
+
+
+def _ppo(callbacks):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    return (PPOConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+            .training(train_batch_size=256, minibatch_size=64, num_epochs=1)
+            .callbacks(callbacks).debugging(log_level="ERROR", seed=0))
+
+
+@pytest.mark.parametrize("form", ["list", "subclass"])
+def test_memprobes_callback_beside_the_users_own(ray_session, tmp_path, form):
+    """docs/rllib.md's two ways to combine callbacks: both run in the EnvRunner (the
+    user's episode count and memprobe's keys are in the results), nothing fails in the
+    adapter, and each process writes its JSONL."""
+    import memprobe_test_user_callbacks as user
+
+    opts = {"jsonl": str(tmp_path), "learners": False}
+    callbacks = ([MemoryProbeCallback.configure(**opts), user.UserCallbacks] if form == "list"
+                 else user.UserProbeCallbacks.configure(**opts))
+    algo = _ppo(callbacks).build_algo()
+    try:
+        results = [algo.train() for _ in range(2)]
+    finally:
+        algo.stop()
+    er = results[-1]["env_runners"]
+    assert er.get("user/episodes", 0) > 0, sorted(er)
+    assert er["memprobe/process/rss_bytes"] > 0
+    assert "memprobe/leak/suspect" in er
+    assert "memprobe/driver/process/rss_bytes" in results[-1]
+    errors = [k for r in results for k in (*r, *r["env_runners"]) if "errors/memprobe_rllib" in k]
+    assert not errors, errors
+    roles = sorted(p.name.split("-")[1] for p in tmp_path.glob("memprobe-*.jsonl"))
+    assert roles == ["driver", "env_runner"], roles
