@@ -11,6 +11,7 @@ bounded by ``timeout_seconds`` and ``max_depth``; never per sample.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import threading
@@ -23,9 +24,8 @@ from typing import Any
 
 from ._errors import ConfigError, show
 from ._own import own_objects
+from ._sitestats import memprobe_dirs
 
-#: memprobe's own frames (a capture, a Prober) are never what holds the user's objects.
-_MEMPROBE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _MAX_REPR = 40
 
 
@@ -153,6 +153,18 @@ def _instance_dict_owner(container: Any, referrers: list[Any]) -> Any:
     return None
 
 
+def _own_code(filename: str) -> bool:
+    """Whether code of ``filename`` is memprobe's (memprobe, memprobe_rllib, memprobe_ray):
+    its frames (a capture, a Prober, an adapter's hook that the capture runs inside, with
+    the episode it was handed as a local) are never what holds the user's objects."""
+    return filename.startswith(_own_prefixes())
+
+
+@functools.lru_cache(maxsize=1)
+def _own_prefixes() -> tuple[str, ...]:
+    return tuple(d.rstrip(os.sep) + os.sep for d in memprobe_dirs())
+
+
 def _frame_locals() -> dict[int, str]:
     """``id(value) -> "local 'name' of frame f at file:line"`` for every running frame.
 
@@ -167,7 +179,7 @@ def _frame_locals() -> dict[int, str]:
         f: types.FrameType | None = frame
         while f is not None:
             code = f.f_code
-            if not code.co_filename.startswith(_MEMPROBE_DIR):
+            if not _own_code(code.co_filename):
                 where = f"{code.co_name} at {code.co_filename}:{f.f_lineno}"
                 for k, v in f.f_locals.items():
                     out.setdefault(id(v), f"local {k!r} of frame {where}")
@@ -176,7 +188,7 @@ def _frame_locals() -> dict[int, str]:
 
 
 def _ours(obj: Any) -> bool:
-    return isinstance(obj, types.FrameType) and obj.f_code.co_filename.startswith(_MEMPROBE_DIR)
+    return isinstance(obj, types.FrameType) and _own_code(obj.f_code.co_filename)
 
 
 def chain_of(

@@ -204,7 +204,12 @@ def classify(
     if own == "python":
         return _python(sites, types)
     if own == "objects":
-        return own, tuple(types), KINDS[own]
+        # A count of live objects names their types, then the user's lines whose blocks
+        # survive the tracing windows (where they are made: a Learner's kept batch
+        # copies, judged on one sample per train() iteration, may grow the count alone).
+        made = (format_culprit(s) for e in windows if e.probe == "tracemalloc"
+                for s, _ in e.sites if not is_library_site(s))
+        return own, tuple(dict.fromkeys((*types, *made))), KINDS[own]
     v = by_metric[metric]
     rate = v.slope_per_step
     if own is not None and own != "native":
