@@ -113,3 +113,20 @@ def test_a_python_leak_spread_over_sites_none_of_which_leaks_alone_is_named(
     assert v is not None and v.status == "leak", v
     assert not any(s.status == "leak" for s in report.sites), report.sites  # spread out
     assert v.culprits and v.culprits[0].startswith("patterns_kept.py:4 → re/"), v.culprits
+
+
+def test_the_way_to_the_kind_names_only_probes_that_did_not_run() -> None:
+    """numpy's arrays are not gc-tracked: with the objects probe beside process and gc,
+    a kept array per step grows rss and no count of objects. The verdict says to add
+    tracemalloc or malloc, and that the objects probe saw no growth; it said to add
+    the objects probe, which ran."""
+    np = pytest.importorskip("numpy")
+    kept = []
+    with memprobe.Prober(["process", "gc", "objects"], load_entrypoints=False) as prober:
+        for i in range(300):
+            kept.append(np.ones(2048))
+            prober.sample(step=i)
+    v = prober.report().get("process/rss_bytes")
+    assert v is not None and v.status == "leak" and v.kind is None, v
+    assert "add the tracemalloc or malloc probe" in v.note, v.note
+    assert "the objects probe saw no growth" in v.note, v.note

@@ -273,4 +273,25 @@ def classify(
     native = next((e for e in windows if e.probe == "memray"), None)
     if native is not None and native.explains(rate):
         return _native(metric, rate, windows, "")  # what memray's windows saw kept
-    return None, (), "add the tracemalloc, objects or malloc probe to tell which kind of memory"
+    return None, (), _add_probes(by_metric)
+
+
+#: The probes that tell a resident growth's kind, each by a metric it judges.
+_TELLING = (("tracemalloc", FILTERED), ("objects", "objects/total_count"),
+            ("malloc", "malloc/in_use_bytes"))
+
+
+def _add_probes(by_metric: Mapping[str, _Judged]) -> str:
+    """Which probes to add to tell the kind: those that did not run (numpy's arrays are
+    not gc-tracked, so the objects probe sees none of them; Python's small objects are
+    not malloc's), with what the ones that ran saw."""
+    ran = [p for p, m in _TELLING if m in by_metric]
+    missing = [p for p, m in _TELLING if m not in by_metric]
+    if not missing:
+        return "no probe here tells which kind of memory grows"
+    names = missing[0] if len(missing) == 1 else (
+        f"{', '.join(missing[:-1])} or {missing[-1]}")
+    text = f"add the {names} probe to tell which kind of memory"
+    if ran:
+        text += f" (the {' and '.join(ran)} probe{'s' if len(ran) > 1 else ''} saw no growth)"
+    return text
