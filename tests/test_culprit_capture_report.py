@@ -28,20 +28,22 @@ fired = []
 with memprobe.Prober(["process", "gc"], load_entrypoints=False, on_leak=fired.append,
                      capture_on_leak={"duration_seconds": 1.0},
                      sink=memprobe.JsonlSink(sys.argv[2])) as prober:
-    for i in range(400):
+    for i in range(int(sys.argv[3])):
         mod.step()
         prober.sample(step=i)
-        time.sleep(0.005)
+        time.sleep(float(sys.argv[4]))
 assert fired, "the alarm did not fire"
 """
 
 
-def _report(tmp_path: Path, name: str, files: dict[str, str]) -> dict:
+def _report(tmp_path: Path, name: str, files: dict[str, str], samples: int = 400,
+            sleep_seconds: float = 0.005) -> dict:
     for fname, src in files.items():
         (tmp_path / fname).write_text(src)
     (tmp_path / "runner.py").write_text(RUNNER)
     path = tmp_path / f"{name}.jsonl"
-    out = subprocess.run([sys.executable, "runner.py", name, str(path)], cwd=tmp_path,
+    out = subprocess.run([sys.executable, "runner.py", name, str(path), str(samples),
+                          str(sleep_seconds)], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     rep = subprocess.run([sys.executable, "-m", "memprobe", "report", "--json", str(path)],
@@ -58,6 +60,19 @@ def test_numpy_leak_with_cheap_probes_is_python_at_the_users_line(tmp_path: Path
     assert rss["leak"] and rss["kind"] == "python", rss
     assert rss["culprits"][0].startswith("cap_numpy.py:4 → numpy/"), rss
     assert "the alarm's capture" in rss["note"], rss  # what the kind rests on
+
+
+def test_the_capture_tells_the_kind_after_it_left_the_latest_samples(tmp_path: Path) -> None:
+    """The run goes on for more than the 1,000 latest samples a report judges the sites
+    on after its alarm: the capture line is older than all of them, and its kind and
+    culprit are still the report's (they were "add the tracemalloc, objects or malloc
+    probe" once it had left them)."""
+    pytest.importorskip("numpy")
+    rss = _report(tmp_path, "cap_numpy", {"cap_numpy.py": NUMPY_USER}, samples=1500,
+                  sleep_seconds=0.001)
+    assert rss["leak"] and rss["kind"] == "python", rss
+    assert rss["culprits"][0].startswith("cap_numpy.py:4 → numpy/"), rss
+    assert "the alarm's capture" in rss["note"], rss
 
 
 def test_native_leak_with_cheap_probes_is_native(tmp_path: Path) -> None:

@@ -35,6 +35,19 @@ def test_python_c_code_is_the_users_and_its_leak_fails() -> None:
     assert "string:5" in out.stdout  # keys drop the brackets
 
 
+def test_python_c_code_through_a_library_is_named_without_a_missing_frame_note() -> None:
+    """``python -c`` keeping what ``json.loads`` builds: the site reads ``string:N → json/...``
+    (the key drops the brackets of ``<string>``), and ``string`` is not taken for the
+    standard library's module, so no note says the user's frame was not reached."""
+    src = _LEAKY_C.replace("bytearray(16384)", "json.loads(DOC)").replace(
+        "import memprobe", "import json, memprobe\nDOC = json.dumps(list(range(500)))")
+    out = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.startswith("LEAK"), (out.stdout, out.stderr)
+    assert "string:6 → json/decoder.py:" in out.stdout, out.stdout
+    assert "no frame of the user's code" not in out.stdout, out.stdout
+
+
 def test_stdin_code_is_the_users_and_its_leak_fails() -> None:
     out = subprocess.run([sys.executable, "-"], input=_LEAKY_C, capture_output=True,
                          text=True, timeout=120)

@@ -55,6 +55,12 @@ def test_library_sites_are_told_from_the_users_own_code() -> None:
     for site in ("app.py:12", "<string>:3", "<stdin>:1", "<ipython-input-3-5f1c>:2",
                  "app.py:12--numpy/_core/numeric.py:232"):
         assert not is_library_site(site), site
+    # As keys hold them, brackets dropped: ``string`` is not the standard library's module.
+    for site in ("string:3", "string:5--json/decoder.py:353", "string:5 → numpy/_core/numeric.py:232",
+                 "stdin:1", "console:2", "ipython-input-3-5f1c:2"):
+        assert not is_library_site(site), site
+    for site in ("frozen_abc:106", "string.py:120", "frozen_importlib._bootstrap:241--app.py:3"):
+        assert is_library_site(site), site
 
 
 SITE = st.text(st.sampled_from("ab_.:/é-"), min_size=1, max_size=16).filter(

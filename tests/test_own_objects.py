@@ -199,3 +199,26 @@ def test_memprobe_ray_allocations_in_a_library_are_not_the_user_s():
                             "memprobe_ray", "__init__.py")
     lib = (json.decoder.__file__, 7)
     assert user_site((lib, (ray_file, 12), ("/x/app/a.py", 1))) is None
+
+
+def test_a_capture_describes_a_library_line_after_the_users_as_reports_do(
+        tmp_path, monkeypatch) -> None:
+    """A capture around the user's module keeping ``json.loads`` results: its text (the
+    LeakWarning that follows an alarm's capture) reads ``kept_docs.py:5 → json/...``,
+    as reports do, not the key form ``kept_docs.py:5--json/...``."""
+    (tmp_path / "kept_docs.py").write_text(
+        "import json\nKEPT = []\nDOC = json.dumps([f'item {i}' for i in range(300)])\n"
+        "def step():\n    KEPT.append(json.loads(DOC))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    import kept_docs
+
+    capture = CulpritCapture(duration_seconds=60, native=False).start()
+    try:
+        for _ in range(50):
+            kept_docs.step()
+        text = capture.finish().describe()
+    finally:
+        capture.abandon()
+    first = text.splitlines()[0]
+    assert first.startswith("python: kept_docs.py:5 → json/decoder.py:"), text

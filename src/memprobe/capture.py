@@ -28,7 +28,7 @@ from ._errors import ConfigError, ProbeError, show
 from ._flatten import SiteMap
 from ._own import own_type_counts
 from ._sitestats import MEMPROBE_PACKAGES, Stats, default_filters, site_stats
-from .keys import shorten_path
+from .keys import format_culprit, shorten_path
 from .probes.memray import MemrayWindow, NativeSite, _memray
 from .probes.objects import type_name
 from .probes.tracemalloc import CAPTURE_NFRAME, acquire_tracing, growth, release_tracing
@@ -95,10 +95,11 @@ class Culprits:
         lines = []
         if self.python_sites:
             s, b, c = self.python_sites[0]
-            lines.append(f"python: {s} keeps {b} bytes in {c} blocks")
+            lines.append(f"python: {format_culprit(s)} keeps {b} bytes in {c} blocks")
         if self.native_sites:
             ns = self.native_sites[0]
-            lines.append(f"native: {ns.site} keeps {ns.size_bytes} bytes in {ns.count} blocks")
+            lines.append(f"native: {format_culprit(ns.site)} keeps {ns.size_bytes} bytes "
+                         f"in {ns.count} blocks")
         if self.types:
             t, grown = self.types[0]
             lines.append(f"objects: {t} +{grown}")

@@ -284,8 +284,13 @@ def is_library_site(site: str) -> bool:
     in a site key or a culprit chain) is in the standard library or an installed package,
     not the user's own code (``app.py:12``, ``<string>:3``, ``<ipython-input-1-…>:2``).
     Cheap for the many sites of a window's snapshot: decided once per module or package."""
-    return _is_library_head(
-        site.split("--", 1)[0].split(" → ", 1)[0].split("/", 1)[0].split(":", 1)[0])
+    first = site.split("--", 1)[0].split(" → ", 1)[0]
+    head = first.split("/", 1)[0].split(":", 1)[0]
+    if head == first.split(":", 1)[0] and ":" in first and not head.endswith(".py"):
+        # A pseudo-file, its brackets dropped by the key (``string:3`` is ``<string>``,
+        # not the standard library's ``string`` module): the user's unless frozen.
+        return head.startswith(("frozen", "<frozen"))
+    return _is_library_head(head)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -82,6 +82,9 @@ def rank(v: _Judged) -> tuple[int, int, int]:
             _ORDER.get(v.kind or "", len(_ORDER)))
 
 
+#: Sites growing slightly named for a Python leak none of whose sites leaks alone.
+_SPREAD_SITES = 5
+
 #: Said when the site named first has no frame of the user's code.
 NO_USER_FRAME = ("no frame of the user's code among the frames traced for {site}: "
                  "trace more (tracemalloc nframe) to name the line that keeps it")
@@ -198,11 +201,12 @@ def classify(
         ``torch.Tensor`` is a few dozen traced bytes, its storage is not traced).
     """
     own = _OWN_KIND.get(metric)
-    # A leak of Python allocations spread over a few sites can grow at each by less than
-    # the floor a site's own verdict needs: the sites that grow at all name it then.
-    sites = sites or tuple(h for h in holders if not h.startswith("<"))
+    # A Python leak spread over several sites (``re.compile`` allocates at a dozen
+    # lines) can grow past the floor while none of its sites does: the sites growing
+    # slightly are then what it is made of.
+    py_sites = tuple(sites) or tuple(holders[:_SPREAD_SITES])
     if own == "python":
-        return _python(sites, types)
+        return _python(py_sites, types)
     if own == "objects":
         # A count of live objects names their types, then the user's lines whose blocks
         # survive the tracing windows (where they are made: a Learner's kept batch
@@ -223,7 +227,7 @@ def classify(
     objects_grow = bool(types) or _grows(by_metric.get("objects/total_count")) or _grows(
         by_metric.get(BLOCKS))
     if own == "native" and _grows(py, 0.5 * rate):
-        return _python(sites, types)  # malloc's bytes in use, Python's allocations among them
+        return _python(py_sites, types)  # malloc's bytes in use, Python's allocations among them
     if own == "native":  # malloc's bytes in use: held by objects the user's lines make?
         held = _held(metric, rate, windows, holders, types, traced) \
             if objects_grow and not _grows(py, 0.1 * rate) and (
@@ -235,7 +239,7 @@ def classify(
     # judged against the larger.
     kept = max(rate, in_use.slope_per_step) if _grows(in_use) else rate
     if _grows(py, 0.1 * kept):
-        return _python(sites, types)
+        return _python(py_sites, types)
     blocks = _blocks_per_step(by_metric)
     # The windows, then the alarm's capture (its longer view tells a library's blocks
     # in flight from what it keeps).
@@ -278,4 +282,25 @@ def classify(
     native = next((e for e in windows if e.probe == "memray"), None)
     if native is not None and native.explains(rate):
         return _native(metric, rate, windows, "")  # what memray's windows saw kept
-    return None, (), "add the tracemalloc, objects or malloc probe to tell which kind of memory"
+    return None, (), _add_probes(by_metric)
+
+
+#: The probes that tell a resident growth's kind, each by a metric it judges.
+_TELLING = (("tracemalloc", FILTERED), ("objects", "objects/total_count"),
+            ("malloc", "malloc/in_use_bytes"))
+
+
+def _add_probes(by_metric: Mapping[str, _Judged]) -> str:
+    """Which probes to add to tell the kind: those that did not run (numpy's arrays are
+    not gc-tracked, so the objects probe sees none of them; Python's small objects are
+    not malloc's), with what the ones that ran saw."""
+    ran = [p for p, m in _TELLING if m in by_metric]
+    missing = [p for p, m in _TELLING if m not in by_metric]
+    if not missing:
+        return "no probe here tells which kind of memory grows"
+    names = missing[0] if len(missing) == 1 else (
+        f"{', '.join(missing[:-1])} or {missing[-1]}")
+    text = f"add the {names} probe to tell which kind of memory"
+    if ran:
+        text += f" (the {' and '.join(ran)} probe{'s' if len(ran) > 1 else ''} saw no growth)"
+    return text

@@ -84,7 +84,6 @@ class ObjectsProbe:
         out: dict[str, Any] = {"total_count": sum(counts.values()), "types_count": len(counts)}
         if self.top:
             top = _largest(counts, self.top)
-            out["top"] = SiteMap((type_name(t), {"count": c}) for t, c in top)
             grown: dict[type, int] = {}
             if self._previous is not None:
                 previous = self._previous
@@ -93,6 +92,13 @@ class ObjectsProbe:
                     if d > 0:
                         grown[t] = d
             most = _largest(grown, self.top)
+            # The count of each type that grew most goes beside the largest: a class
+            # the user leaks (a few hundred instances) is rarely among the most
+            # numerous types (functions, dicts, tuples), and a type's verdict is
+            # judged on its ``top`` count.
+            listed = {t for t, _ in top}
+            top += [(t, counts[t]) for t, _ in most if t not in listed]
+            out["top"] = SiteMap((type_name(t), {"count": c}) for t, c in top)
             out["growth"] = SiteMap((type_name(t), {"count": d}) for t, d in most)
         # Keep only counts keyed by type: holding the types keeps no instances alive.
         self._previous = counts

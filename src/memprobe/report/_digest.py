@@ -106,6 +106,10 @@ class Window:
     def __len__(self) -> int:
         return len(self._rows)
 
+    def times(self) -> Iterator[float]:
+        """The samples' times, oldest first."""
+        return (row[0] for row in self._rows)
+
     def __iter__(self) -> Iterator[Sample]:
         for t, step, pid, names, values in self._rows:
             yield Sample(t, step, pid, dict(zip(names, values)))
@@ -140,6 +144,7 @@ class RunDigest:
         self.window = Window(WINDOW_SAMPLES, lambda key: False)
         self.stats: dict[str, MetricStats] = {}
         self.captures: list[Sample] = []
+        self.capture_steps: list[int] = []  # per capture: the samples taken while it was open
         self.holders: list[str] = []
         self.last: list[Sample] = []  # the last two samples
         self.phases: PhaseTally | None = None
@@ -199,6 +204,8 @@ class RunDigest:
             st.points.append(x, t, y)
         if self._capture_key in values and len(self.captures) < MAX_CAPTURES:
             self.captures.append(s)
+            start = t - float(values[self._capture_key])
+            self.capture_steps.append(sum(1 for x in self.window.times() if start <= x <= t))
         if s.labels:
             text = s.labels.get(HOLDERS)
             if text and len(self.holders) < MAX_HOLDERS:
@@ -241,6 +248,23 @@ class RunDigest:
     def window_samples(self) -> Iterator[Sample]:
         """The latest samples, the keys a verdict reads only."""
         return iter(self.window)
+
+    def judged_samples(self) -> list[Sample]:
+        """The latest samples (:meth:`window_samples`), led by the alarm's capture line
+        when it is older than all of them: then by one empty sample per sample taken
+        while it was open (its steps, which its evidence is divided by) and the line.
+        A run that goes on for more than :data:`WINDOW_SAMPLES` samples after its
+        alarm keeps the kind and the culprit the capture told."""
+        window = list(self.window)
+        if not self.captures or (window and self.captures[-1].time_seconds
+                                 >= window[0].time_seconds):
+            return window
+        cap, steps = self.captures[-1], self.capture_steps[-1]
+        end = cap.time_seconds
+        start = end - float(cap.values[self._capture_key])
+        lead = [Sample(start + (end - start) * (i + 1) / (steps + 1), None, cap.pid, {})
+                for i in range(steps)]
+        return [*lead, cap, *window]
 
     def series(self, key: str) -> tuple[Sequence[float], Sequence[float], Sequence[float]]:
         """``(xs, times, values)`` of a metric shown (thinned); empty when absent."""
