@@ -1,6 +1,7 @@
-"""A count of live objects that grows by cyclic garbage awaiting the oldest generation's
-collection (rare in a large heap) is not a leak: the alarm confirms such a growth by one
-full collection before it alarms. Real programs, the real collector."""
+"""Healthy programs the live alarm must not alarm on: a count of live objects that grows by
+cyclic garbage awaiting the oldest generation's collection (rare in a large heap), which
+the alarm confirms by one full collection first; an empty loop under a Prober whose
+history is long. Real programs, the real collector."""
 
 from __future__ import annotations
 
@@ -72,3 +73,28 @@ def test_a_program_that_turned_the_collector_off_keeps_its_garbage() -> None:
         gc.enable()
         gc.collect()
     assert [v for v in fired if v.metric == "gc/allocated_blocks"], fired
+
+
+_EMPTY_LOOP = """
+import memprobe
+fired = []
+prober = memprobe.Prober(on_leak=fired.append, capture_on_leak=False, history={history},
+                         load_entrypoints=False)
+for step in range(3000):
+    prober.sample(step=step)
+print([v.key for v in fired])
+"""
+
+
+@pytest.mark.parametrize("history", [1000, 3000])
+def test_a_long_history_is_not_a_leak_of_an_empty_loop(history: int) -> None:
+    """The checks read the latest 200 samples of the history (the tiers hold every scale):
+    read whole, each check's working memory grew with the history as it filled, and the
+    alarm took that for the program's growth (2.5 MiB over 1,000 samples)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _EMPTY_LOOP.format(history=history)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
