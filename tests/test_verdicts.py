@@ -509,3 +509,18 @@ def test_a_count_of_objects_gives_way_to_the_native_bytes_they_hold() -> None:
     report = memprobe.Report({v.key: v for v in (objects, in_use)}, prefix="memprobe")
     assert report.kind == "native"
     assert [v.key for v in report.leaking] == [in_use.key, objects.key]
+
+
+def test_memrays_python_frames_alone_say_how_to_name_the_c_function() -> None:
+    """memray's sites read without their C stacks (the probe's default) name the user's
+    line; the note says which option names the C function, and only then."""
+    from memprobe.leak._kinds import NATIVE_TRACES_HINT, _native
+    from memprobe.leak._windows import WindowEvidence
+
+    python_only = WindowEvidence("memray", 3, 2.0, 65536.0, (("nhelper.py:43", 65536.0),))
+    kind, culprits, note = _native("process/rss_bytes", 65536.0, (python_only,), "")
+    assert (kind, culprits) == ("native", ("nhelper.py:43",))
+    assert NATIVE_TRACES_HINT in note
+    with_c = WindowEvidence("memray", 3, 2.0, 65536.0, (("nhelper.py:43--leaky_alloc", 65536.0),))
+    kind, culprits, note = _native("process/rss_bytes", 65536.0, (with_c,), "")
+    assert culprits == ("nhelper.py:43 → leaky_alloc",) and NATIVE_TRACES_HINT not in note

@@ -116,6 +116,11 @@ def _grows(v: _Judged | None, than: float = 0.0) -> bool:
     return v is not None and v.status in ("leak", "slight") and v.slope_per_step >= than
 
 
+#: Said of memray's sites read without their C stacks.
+NATIVE_TRACES_HINT = ("the memray probe's native_traces=True (probes={'memray': "
+                      "{'native_traces': True}}) names the C function")
+
+
 def native_hint(windows: Sequence[WindowEvidence] = ()) -> str:
     """How to get the native stack of a native leak: the memray sites, or the way to them."""
     if any(e.probe == "memray" for e in windows):
@@ -136,8 +141,11 @@ def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
     note = f"native memory; {why}" if why else KINDS["native"]
     native = next((e for e in windows if e.probe == "memray" and e.sites), None)
     if native is not None:
-        return "native", tuple(format_culprit(s) for s, _ in native.sites[:5]), (
-            f"{note}; {native.describe(rate)}")
+        named = tuple(format_culprit(s) for s, _ in native.sites[:5])
+        note = f"{note}; {native.describe(rate)}"
+        if all(".py:" in n.rsplit(" → ", 1)[-1] or n.startswith("<") for n in named):
+            note += f"; {NATIVE_TRACES_HINT}"  # Python frames alone: memray read no C stack
+        return "native", named, note
     hint = native_hint(windows)
     return "native", (), f"{note}; {hint}" if hint else note
 
