@@ -448,10 +448,12 @@ class LeakState:
         for metric in self.judged:
             key = mkeys.key_of(self.prefix, metric)
             v = self.latest.get(key)
-            rate = float(v.rate_per_hour or 0.0) if v is not None and v.status != "insufficient" \
-                else 0.0
-            out[leak(metric, "rate_per_hour")] = rate
             alarmed = key in self.alarmed
+            # The rate of a growth: not the slope of a warm-up judged levelled off (a
+            # healthy driver's read 535 MiB/h), nor of too few samples.
+            growing = v is not None and (v.status in ("leak", "slight") or alarmed)
+            rate = float(v.rate_per_hour or 0.0) if growing else 0.0
+            out[leak(metric, "rate_per_hour")] = rate
             out[leak(metric, "suspect")] = 1.0 if alarmed else 0.0
             if alarmed and v is not None and v.unit == "bytes":
                 worst = max(worst, rate)

@@ -135,6 +135,22 @@ def test_the_leak_keys_are_the_same_before_and_after_an_alarm_except_the_culprit
     assert after["memprobe/leak/process/num_fds/rate_per_hour"] == 3600.0
 
 
+def test_a_metrics_rate_key_is_its_growth_not_a_warm_ups_slope():
+    """A verdict judged levelled off (a warm-up) or ok logs a rate of 0, not the slope of
+    the warm-up it judged; growing slightly logs its rate."""
+    from memprobe import Verdict
+
+    key = "memprobe/process/rss_bytes"
+    rates = {}
+    for status in ("levelled", "ok", "insufficient", "slight", "leak"):
+        leak = LeakState("memprobe", "driver", None, "a train() iteration")
+        leak.latest[key] = Verdict(key, status, 4096.0, 2048.0, 8192.0, 5.6e8, 40, 0,
+                                   unit="bytes")
+        rates[status] = leak.values([key])["memprobe/leak/process/rss_bytes/rate_per_hour"]
+    assert rates == {"levelled": 0.0, "ok": 0.0, "insufficient": 0.0,
+                     "slight": 5.6e8, "leak": 5.6e8}
+
+
 def test_library_sites_are_told_from_the_users():
     from memprobe.keys import is_library_site
 
