@@ -319,16 +319,11 @@ def leaklib(tmp_path_factory):
     return lib
 
 
-def test_native_capture_names_the_line_that_called_a_leaking_c_function(leaklib, tmp_path):
-    """capture_on_leak={"native": True}: the memray window names the Python line that
-    called the C function whose malloc leaks (tracemalloc cannot see it)."""
-    pytest.importorskip("memray")
-    path = tmp_path / "run.jsonl"
+def _leak_in_c_until_captured(prober: memprobe.Prober, leaklib) -> int:
+    """64 KiB per step from step 300 through the C library, the addresses kept, until
+    the capture closed after an alarm; the buffers are freed after. Returns the
+    leaking line."""
     kept: list[int] = []
-    prober = memprobe.Prober(
-        probes=["process"], sink=str(path), on_leak=lambda v: None, leak_check_every=50,
-        load_entrypoints=False, leak_options={"threshold_per_step": 16384},
-        capture_on_leak={"duration_seconds": 0.3, "native": True, "holders": False})
     line = 0
     try:
         with prober:
@@ -342,6 +337,19 @@ def test_native_capture_names_the_line_that_called_a_leaking_c_function(leaklib,
     finally:
         for p in kept:
             leaklib.release(p)
+    return line
+
+
+def test_native_capture_names_the_line_that_called_a_leaking_c_function(leaklib, tmp_path):
+    """capture_on_leak={"native": True}: the memray window names the Python line that
+    called the C function whose malloc leaks (tracemalloc cannot see it)."""
+    pytest.importorskip("memray")
+    path = tmp_path / "run.jsonl"
+    prober = memprobe.Prober(
+        probes=["process"], sink=str(path), on_leak=lambda v: None, leak_check_every=50,
+        load_entrypoints=False, leak_options={"threshold_per_step": 16384},
+        capture_on_leak={"duration_seconds": 0.3, "native": True, "holders": False})
+    line = _leak_in_c_until_captured(prober, leaklib)
     culprits = prober.alarm.culprits
     assert culprits is not None, "the capture never closed"
     site = f"tests/test_alarm_capture.py:{line}"
@@ -361,28 +369,15 @@ def test_capture_without_memray_names_the_users_line_that_keeps_native_memory(le
     """The default capture (no memray) of a leak made in C: tracemalloc sees only the
     few bytes of each address the user's line keeps, far less than the growth. The
     kind is native, and the user's line that keeps what holds it comes first."""
-    kept: list[int] = []
     fired: list[memprobe.Verdict] = []
     prober = memprobe.Prober(
         probes=["process", "gc"], on_leak=fired.append, leak_check_every=50,
         load_entrypoints=False, leak_options={"threshold_per_step": 16384},
         capture_on_leak={"duration_seconds": 0.3, "holders": False})
-    line = 0
-    try:
-        with prober:
-            for step in range(6000):
-                _cheap_step()
-                if step >= 300:
-                    kept.append(leaklib.leaky_alloc(64 * 1024)); line = _line()  # noqa: E702
-                prober.sample(step)
-                if prober.alarm.culprits is not None and prober.alarm.alarmed:
-                    break
-    finally:
-        for p in kept:
-            leaklib.release(p)
+    line = _leak_in_c_until_captured(prober, leaklib)
     assert prober.alarm.culprits is not None, "the capture never closed"
     site = f"tests/test_alarm_capture.py:{line}"
     v = prober.alarm.latest.verdicts[fired[0].key]  # the verdict that opened the capture
     assert v.kind == "native", (v.kind, v.note)
     assert v.culprits[0] == site, v.culprits
-    assert f"held by objects the user's lines keep ({site})" in v.note, v.note
+    assert f"held by objects the user's lines keep ({site}" in v.note, v.note

@@ -279,30 +279,38 @@ def test_an_alarm_holds_while_a_jump_keeps_the_level_ahead_of_the_leaks_pace():
         assert [check("ok", 1000) for _ in range(4)] == [1.0, 1.0, 1.0, 0.0]
 
 
+_RSS = "memprobe/process/rss_bytes"
+_NATIVE = "memprobe/leak/culprit/native/rate_per_hour"
+_LINE = "memprobe/leak/culprit/app.py:12/rate_per_hour"
+
+
+def _guessed_then(**fields):
+    """The leak keys after a check of the cheap probes alone (the culprit "native"
+    guessed at the alarm), and after a second check whose verdict has ``fields``."""
+    from memprobe import Report, Verdict
+
+    leak, prober = _checked_by_hand(confirmations=1)
+
+    def check(**given):
+        v = Verdict(_RSS, "leak", 4096.0, 2048.0, 8192.0, 2.0**30, 40, 0, unit="bytes",
+                    **given)
+        new_evidence(prober.alarm)
+        prober.alarm.check(Report({_RSS: v}, prefix="memprobe"))
+        return leak.values([_RSS])
+
+    with pytest.warns(Warning, match="env_runner 1 leaks"):
+        guessed = check()
+    return guessed, check(**fields)
+
+
 def test_a_guessed_native_culprit_replaced_by_the_capture_is_logged_as_zero():
     """The cheap probes alone guess "native" at the alarm; the capture's Python line
     replaces it. RLlib keeps a key's last value once logged, so the guess's key stays
     in the results at 0, not at the rate that blamed it."""
-    from memprobe import Report, Verdict
-
-    leak, prober = _checked_by_hand(confirmations=1)
-    key = "memprobe/process/rss_bytes"
-    native = "memprobe/leak/culprit/native/rate_per_hour"
-    line = "memprobe/leak/culprit/app.py:12/rate_per_hour"
-
-    def check(**fields):
-        v = Verdict(key, "leak", 4096.0, 2048.0, 8192.0, 2.0**30, 40, 0, unit="bytes",
-                    **fields)
-        new_evidence(prober.alarm)
-        prober.alarm.check(Report({key: v}, prefix="memprobe"))
-        return leak.values([key])
-
-    with pytest.warns(Warning, match="env_runner 1 leaks"):
-        guessed = check()
-    assert guessed[native] == 2.0**30 and line not in guessed
-    named = check(kind="python", culprits=("app.py:12",))
-    assert named[line] == 2.0**30
-    assert named[native] == 0.0
+    guessed, named = _guessed_then(kind="python", culprits=("app.py:12",))
+    assert guessed[_NATIVE] == 2.0**30 and _LINE not in guessed
+    assert named[_LINE] == 2.0**30
+    assert named[_NATIVE] == 0.0
 
 
 def test_a_guessed_native_culprit_gives_way_to_the_users_line_that_holds_it():
@@ -310,31 +318,13 @@ def test_a_guessed_native_culprit_gives_way_to_the_users_line_that_holds_it():
     native and names the user's line whose objects hold it. That line replaces the
     guessed "native" (logged at 0); a native verdict naming only a library's line or a
     type keeps "native"."""
-    from memprobe import Report, Verdict
-
-    key = "memprobe/process/rss_bytes"
-    native = "memprobe/leak/culprit/native/rate_per_hour"
-    line = "memprobe/leak/culprit/app.py:12/rate_per_hour"
-
-    def run(*culprits):
-        leak, prober = _checked_by_hand(confirmations=1)
-
-        def check(**fields):
-            v = Verdict(key, "leak", 4096.0, 2048.0, 8192.0, 2.0**30, 40, 0, unit="bytes",
-                        **fields)
-            new_evidence(prober.alarm)
-            prober.alarm.check(Report({key: v}, prefix="memprobe"))
-            return leak.values([key])
-
-        with pytest.warns(Warning, match="env_runner 1 leaks"):
-            check()
-        return check(kind="native", culprits=culprits)
-
-    held = run("app.py:12", "torch.Tensor", "ray/rllib/env/single_agent_episode.py:80")
-    assert held[line] == 2.0**30 and held[native] == 0.0
-    assert [k for k in held if "/culprit/" in k and held[k]] == [line]
-    library = run("numpy/_core/numeric.py:232", "torch.Tensor")
-    assert library[native] == 2.0**30 and line not in library
+    _, held = _guessed_then(kind="native", culprits=(
+        "app.py:12", "torch.Tensor", "ray/rllib/env/single_agent_episode.py:80"))
+    assert held[_LINE] == 2.0**30 and held[_NATIVE] == 0.0
+    assert [k for k in held if "/culprit/" in k and held[k]] == [_LINE]
+    _, library = _guessed_then(kind="native",
+                               culprits=("numpy/_core/numeric.py:232", "torch.Tensor"))
+    assert library[_NATIVE] == 2.0**30 and _LINE not in library
 
 
 def test_the_captured_culprits_rates_follow_the_order_the_verdict_gives():
