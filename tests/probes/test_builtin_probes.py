@@ -6,6 +6,8 @@ import gc
 import mmap
 import tracemalloc
 
+import pytest
+
 import memprobe
 
 MB = 2**20
@@ -123,3 +125,24 @@ def test_process_full_info_adds_uss() -> None:
     with memprobe.Prober({"process": {"full": True}}) as prober:
         values = prober.sample()
     assert 0 < values["memprobe/process/uss_bytes"] <= values["memprobe/process/rss_bytes"]
+
+
+def test_mallocs_bytes_in_use_leave_out_tracemallocs_own_tables() -> None:
+    """tracemalloc takes a trace per traced block from malloc (tens of bytes each): the
+    tracer's memory, not the program's. The malloc probe's bytes in use leave it out."""
+    from memprobe.probes.malloc import libc, malloc_stats
+
+    if libc().mallinfo2 is None:
+        pytest.skip("no mallinfo2 here")
+    tracemalloc.start()
+    try:
+        kept = [[i] for i in range(100_000)]  # 100,000 traced blocks kept
+        with memprobe.Prober(["malloc"], load_entrypoints=False) as prober:
+            raw = malloc_stats()["in_use_bytes"]
+            own = tracemalloc.get_tracemalloc_memory()
+            probed = prober.sample()["memprobe/malloc/in_use_bytes"]
+        assert own > 4_000_000  # 100,000 traces
+        assert abs((raw - probed) - own) < 1_000_000, (raw, probed, own)
+        del kept
+    finally:
+        tracemalloc.stop()
