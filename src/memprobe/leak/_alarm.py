@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal, Union
 from .._checks import check_int, hint
 from .._errors import ConfigError, LeakWarning, show
 from .._sample import Number
-from ..keys import make_key, split_short
+from ..keys import make_key, short_key, split_short
 from ._alarm_capture import AlarmCapture, captured_kind, captured_names, check_capture_option
-from ._kinds import BLOCKS, OBJECT_COUNTS
+from ._kinds import BLOCKS, DEFAULT_METRICS, OBJECT_COUNTS
 from ._oom import hours_to_oom, oom_headroom
 from ._series import judged_keys
 from ._tiers import Tiers
@@ -111,7 +111,11 @@ def feed_tiers(tiers: Tiers, history: Sequence[Sample], prefix: str, new: int,
     samples = select(keep, n - take) if select is not None else history[n - take:]
     if take < new:  # a history shorter than the samples since the last feed
         tiers.skip(new - take)
-    tiers.feed(samples, prefix, keep, judged_keys(prefix, metrics, sites=False, own=False))
+    # Kept at every scale: the metrics judged and the resident size (the floor's level).
+    # Not the windows' per-site keys, which are read from the history: a site that
+    # survives any window would otherwise add a series for good.
+    judged = {*(metrics if metrics is not None else DEFAULT_METRICS), "process/rss_bytes"}
+    tiers.feed(samples, prefix, keep, lambda key: short_key(key, prefix) in judged)
 
 
 class LeakAlarm:
