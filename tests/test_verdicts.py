@@ -524,3 +524,25 @@ def test_memrays_python_frames_alone_say_how_to_name_the_c_function() -> None:
     with_c = WindowEvidence("memray", 3, 2.0, 65536.0, (("nhelper.py:43--leaky_alloc", 65536.0),))
     kind, culprits, note = _native("process/rss_bytes", 65536.0, (with_c,), "")
     assert culprits == ("nhelper.py:43 → leaky_alloc",) and NATIVE_TRACES_HINT not in note
+
+
+def test_the_alarms_capture_outweighs_short_windows_that_caught_a_resize() -> None:
+    """A native leak whose addresses the user's line keeps in a list: two short windows,
+    one of them holding the list's resize (tens of KiB in one block at the user's
+    line), look like Python's growth; the capture's longer view says the kept bytes are
+    a small share of it. The capture decides: native, held at the user's line."""
+    from memprobe.leak._kinds import classify
+    from memprobe.leak._windows import WindowEvidence
+
+    rss = memprobe.Verdict("memprobe/process/rss_bytes", "leak", 48000.0, 40000.0, 56000.0,
+                           3.0e9, 200, 0, unit="bytes", prefix="memprobe")
+    blocks = memprobe.Verdict("memprobe/gc/allocated_blocks", "leak", 60.0, 50.0, 70.0,
+                              2.0e6, 200, 0, unit="count", prefix="memprobe")
+    by_metric = {v.metric: v for v in (rss, blocks)}
+    resize = WindowEvidence("tracemalloc", 2, 1.0, 110000.0, (("app.py:12", 29000.0),))
+    capture = WindowEvidence("tracemalloc", 1, 6.0, 12000.0, (("app.py:12", 1500.0),),
+                             source="capture")
+    kind, culprits, note = classify("process/rss_bytes", by_metric, (), (), (resize, capture))
+    assert kind == "native" and culprits[0] == "app.py:12", (kind, culprits, note)
+    kind, _, _ = classify("process/rss_bytes", by_metric, (), (), (resize,))
+    assert kind == "python"  # the windows alone

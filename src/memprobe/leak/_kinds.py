@@ -249,9 +249,13 @@ def classify(
     if _grows(py, 0.1 * kept):
         return _python(py_sites, types)
     blocks = _blocks_per_step(by_metric)
-    # The windows, then the alarm's capture (its longer view tells a library's blocks
-    # in flight from what it keeps).
-    for seen in dict.fromkeys(e for e in windows if e.probe == "tracemalloc"):
+    # The alarm's capture where there is one, else the windows: its longer view tells a
+    # library's blocks in flight from what it keeps, and a container's resize (a list of
+    # kept addresses reallocated at the user's line: tens of KiB in one block) from the
+    # growth. Two short windows, one holding a resize, made a native leak python.
+    traced_views = [e for e in windows if e.probe == "tracemalloc"]
+    captured = [e for e in traced_views if e.source == "capture"]
+    for seen in dict.fromkeys(captured or traced_views):
         if seen.explains(rate, blocks_per_step=blocks):
             kind, culprits, _ = _python(
                 (*(format_culprit(s) for s, _ in seen.sites), *sites), types)
