@@ -226,7 +226,9 @@ class LeakState:
         names = culprits_of(verdict, history, self.prefix)
         if names == ("native",) and self._native_stacks:
             names = self._native_stacks  # what the latest memray window saw kept
-        if names == ("native",) and getattr(verdict, "kind", None) is None:
+        if names == ("native",):
+            # No line: the cheap probes' guess, or windows that saw too little survive.
+            # A line a later verdict names (the alarm's capture) takes its place.
             self._guessed.add("native")
         rate = float(verdict.rate_per_hour or 0.0)
         # One spelling per culprit: a chain as the capture's names are kept (``a → b``).
