@@ -100,22 +100,39 @@ def test_too_few_samples_says_how_many_and_how_to_get_more(tmp_path: Path, tags:
     assert f"need 20 samples, got 12 — {how}" in res.stdout, res.stdout
 
 
-def test_too_few_slow_samples_do_not_say_lower_the_interval(tmp_path: Path) -> None:
-    """memprobe run's samples 1 s apart, each taking 0.8 s (0.79 s of it tracemalloc's):
-    a lower --interval would add few, so the hint says what took the time."""
+def _slow_samples(tmp_path: Path, sample_seconds: float, tracemalloc_seconds: float) -> str:
+    """``memprobe report`` on 12 samples of ``memprobe run`` 1 s apart, each taking
+    ``sample_seconds`` (``tracemalloc_seconds`` of it the tracemalloc probe's)."""
     lines = []
     for i in range(12):
         lines.append(json.dumps({"time": 100.0 + i, "step": i, "pid": 3, "role": "main",
                                  "command": "job.py", "values": {
-            "memprobe/process/rss_bytes": 1000 * i, "memprobe/overhead/sample_seconds": 0.8,
+            "memprobe/process/rss_bytes": 1000 * i,
+            "memprobe/overhead/sample_seconds": sample_seconds,
             "memprobe/overhead/process_seconds": 0.01, "memprobe/tracemalloc/traced_bytes": 5,
-            "memprobe/overhead/tracemalloc_seconds": 0.79}}))
+            "memprobe/overhead/tracemalloc_seconds": tracemalloc_seconds}}))
     (tmp_path / "slow.jsonl").write_text("\n".join(lines) + "\n")
     res = memprobe_cli("report", "slow.jsonl", cwd=tmp_path)
     assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def test_too_few_slow_samples_do_not_say_lower_the_interval(tmp_path: Path) -> None:
+    """A sample of 0.8 s every second (0.79 s of it tracemalloc's): a lower --interval
+    would add few, so the hint says what took the time."""
+    out = _slow_samples(tmp_path, 0.8, 0.79)
     assert ("need 20 samples, got 12 — run longer: a sample took 0.8 s (tracemalloc 0.79 s) "
-            "of the 1 s between samples, so a lower --interval adds few") in res.stdout, res.stdout
-    assert "lower --interval\n" not in res.stdout
+            "of the 1 s between samples, so a lower --interval adds few") in out, out
+    assert "lower --interval\n" not in out
+
+
+def test_report_says_the_budget_spaced_too_few_samples(tmp_path: Path) -> None:
+    """A sample of 0.2 s every second (the default budget's share): the budget spaced
+    them, so the hint says to raise it rather than lower --interval."""
+    out = _slow_samples(tmp_path, 0.2, 0.19)
+    assert ("need 20 samples, got 12 — run longer or raise --budget: a sample took 0.2 s "
+            "(tracemalloc 0.19 s) of the 1 s between samples, so a lower --interval adds "
+            "few") in out, out
 
 
 @pytest.fixture(scope="module")
