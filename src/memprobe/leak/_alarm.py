@@ -266,7 +266,7 @@ class LeakAlarm:
         """Checks in a row before ``verdict``'s metric alarms: one more for a count of live
         objects (``objects/*``, ``gc/allocated_blocks``), which a cache that fills grows
         at a leak's rate until it is full (measured: docs/rllib.md, field accuracy)."""
-        return self.confirmations + 1 if _counts_objects(verdict) else self.confirmations
+        return self.confirmations + 1 if _counts_objects(verdict.metric) else self.confirmations
 
     def _garbage(self, verdict: Verdict) -> bool:
         """Whether a count of live objects about to alarm grew by garbage awaiting
@@ -281,10 +281,11 @@ class LeakAlarm:
         freed = blocks - sys.getallocatedblocks() if verdict.metric == BLOCKS else found
         if freed < GARBAGE_SHARE * verdict.slope_per_step * max(1, verdict.span_points):
             return False
-        for key in [k for k in self.tiers.series if _counts_objects_key(k)]:
-            del self.tiers.series[key]
-        for key in [k for k in self._streak if _counts_objects_key(k)]:
-            del self._streak[key]
+        counts = [k for k in (*self.tiers.series, *self._streak)
+                  if _counts_objects(short_key(k, verdict.prefix))]
+        for key in counts:
+            self.tiers.series.pop(key, None)
+            self._streak.pop(key, None)
         return True
 
     def absorb(self, history: Sequence[Sample], prefix: str) -> Tiers:
@@ -332,7 +333,7 @@ class LeakAlarm:
             if (v.key in self.alarmed or checks < self._needed(v)
                     or now - since < min(PERSISTENCE * span, PERSISTENCE_SAMPLES)):
                 continue
-            if _counts_objects(v):
+            if _counts_objects(v.metric):
                 if garbage is None:
                     garbage = self._garbage(v)
                 if garbage:
@@ -399,12 +400,7 @@ class LeakAlarm:
             self._capture.reset()
 
 
-def _counts_objects(verdict: Verdict) -> bool:
-    """Whether ``verdict`` judges a count of live objects (``objects/*``,
+def _counts_objects(metric: str) -> bool:
+    """Whether ``metric`` (without prefix) is a count of live objects (``objects/*``,
     ``gc/allocated_blocks``)."""
-    return verdict.metric in OBJECT_COUNTS or split_short(verdict.metric)[0] == "objects"
-
-
-def _counts_objects_key(key: str) -> bool:
-    """:func:`_counts_objects` of a full key (any prefix)."""
-    return any(key.endswith("/" + m) for m in OBJECT_COUNTS) or "/objects/" in key
+    return metric in OBJECT_COUNTS or split_short(metric)[0] == "objects"
