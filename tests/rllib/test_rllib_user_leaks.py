@@ -83,3 +83,69 @@ def test_memprobes_callback_beside_the_users_own(ray_session, tmp_path, form):
     assert not errors, errors
     roles = sorted(p.name.split("-")[1] for p in tmp_path.glob("memprobe-*.jsonl"))
     assert roles == ["driver", "env_runner"], roles
+
+
+#: A verdict of a process sampled once per train() iteration, and its confirmation.
+ALARM_BY_ITERATION = 30
+
+
+def _driver_alarm(results: list[dict]) -> int | None:
+    """The first iteration (1-based) whose driver keys carry an alarm."""
+    return next((i for i, r in enumerate(results, 1)
+                 if r.get("memprobe/driver/leak/suspect") == 1.0), None)
+
+
+def test_a_learner_leak_in_the_driver_alarms_within_30_iterations(ray_session, tmp_path):
+    """The Learner (local: in the driver) keeps about 1 MiB per iteration. The driver
+    takes one sample per iteration; it used to need 40 for a verdict and 40 more between
+    confirmations, so the alarm came after iteration 100. It must come within
+    ALARM_BY_ITERATION, with the culprit keys of the user's line or a kind."""
+    import memprobe_test_user_learner as user
+
+    config = (_ppo(MemoryProbeCallback.configure(jsonl=str(tmp_path)))
+              .training(train_batch_size=256, minibatch_size=64, num_epochs=1)
+              .learners(learner_class=user.KeepingLearner))
+    algo = config.build_algo()
+    try:
+        results = []
+        while len(results) < ALARM_BY_ITERATION and not _driver_alarm(results):
+            results.append(algo.train())
+    finally:
+        algo.stop()
+        user.DEBUG_BATCHES.clear()
+    at = _driver_alarm(results)
+    assert at is not None, [
+        {k: v for k, v in r.items() if k.startswith("memprobe/driver/leak/")}
+        for r in results[-3:]]
+    culprits = [k for k in results[at - 1] if k.startswith("memprobe/driver/leak/culprit/")]
+    assert culprits, sorted(k for k in results[at - 1] if "/leak/" in k)
+
+
+@pytest.mark.parametrize("kib_per_iteration", [0, 1024])
+def test_a_process_sampled_once_per_iteration_alarms_on_a_leak_only(tmp_path, kib_per_iteration):
+    """A Learner's ProcessProber, sampled as the driver samples it (once per iteration),
+    around real work (a minibatch's arrays made and dropped): 1 MiB kept per iteration
+    alarms within ALARM_BY_ITERATION samples; nothing kept raises nothing in 60."""
+    import numpy as np
+
+    from memprobe_rllib import CallbackOptions
+    from memprobe_rllib._learners import LEARNER_PREFIX
+    from memprobe_rllib._process import STEP_NAMES, ProcessProber
+
+    pp = ProcessProber(CallbackOptions(), "learner", 0, prefix=LEARNER_PREFIX,
+                       step_name=STEP_NAMES["learner"]).start()
+    kept, alarmed = [], None
+    try:
+        for i in range(1, 61):
+            work = [np.random.rand(4096) for _ in range(64)]  # 2 MiB made and dropped
+            kept.append(np.ones(kib_per_iteration * 128))
+            del work
+            values = pp.sample_all(i)
+            if alarmed is None and values.get(f"{LEARNER_PREFIX}/leak/suspect") == 1.0:
+                alarmed = i
+    finally:
+        pp.prober.stop()
+    if kib_per_iteration:
+        assert alarmed is not None and alarmed <= ALARM_BY_ITERATION, alarmed
+    else:
+        assert alarmed is None, alarmed
