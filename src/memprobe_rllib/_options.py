@@ -139,7 +139,9 @@ class CallbackOptions:
     :ivar driver: probe the Algorithm's process in ``on_train_result``.
     :ivar learners: probe remote Learner actors (``num_learners > 0``).
     :ivar leak_check_every: the leak alarm (:class:`memprobe.Prober`'s) judges
-        each process's history every this many samples; ``None`` turns it off.
+        each EnvRunner's history every this many samples; ``None`` turns it off. The
+        driver and the Learners (one sample per iteration) judge once
+        :data:`PER_ITERATION_EVIDENCE` new iterations came.
     :ivar leak_confirmations: a metric must be judged leaking at this many
         checks in a row before it is reported.
     :ivar leak_options: options of :func:`memprobe.analyze_samples` for the alarm;
