@@ -111,6 +111,10 @@ def test_a_learner_leak_in_the_driver_alarms_within_30_iterations(ray_session, t
         while len(results) < ALARM_BY_ITERATION and not _driver_alarm(results):
             results.append(algo.train())
     finally:
+        callbacks = algo.callbacks
+        driver = (callbacks[0] if isinstance(callbacks, list) else callbacks).driver_prober
+        if driver is not None:
+            driver.stop()  # the alarm's capture traces in this process until it stops
         algo.stop()
         user.DEBUG_BATCHES.clear()
     at = _driver_alarm(results)
