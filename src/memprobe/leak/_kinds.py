@@ -185,6 +185,38 @@ def _held(metric: str, rate: float, windows: Sequence[WindowEvidence], holders: 
     return kind, culprits or (*sites[:5], *types), note
 
 
+def _what_counted_objects_hold(metric: str, by_metric: Mapping[str, _Judged],
+                               windows: Sequence[WindowEvidence]) -> tuple[str, str] | None:
+    """The kind and note of a count of live objects (``metric``) that grows by blocks
+    the user's lines keep (a quarter of its growth or more survives the tracing windows
+    there): what those objects hold, against the resident size's growth per step,
+    whatever its verdict (a Learner's rss rises in steps, as freed heap is reused
+    between them, and reads "levelled off" while its live blocks grow steadily).
+    Python allocations when the bytes kept at the user's lines are a quarter of it or
+    more (numpy copies: their data is traced); else native memory held by those objects
+    (a kept ``torch.Tensor`` is a few dozen traced bytes, its storage is not). None
+    when the user's lines keep too few of the blocks (a library's objects the user's
+    list keeps, made inside the library's calls), or without a resident size."""
+    traced = next((e for e in windows if e.probe == "tracemalloc"), None)
+    rss = by_metric.get("process/rss_bytes")
+    count = by_metric.get(metric)
+    if traced is None or rss is None or rss.status == "insufficient" or count is None:
+        return None
+    if traced.user_count_per_step < _HELD_SHARE * count.slope_per_step:
+        return None
+    rate = max(rss.slope_per_step, 0.0)
+    said = f"{traced.describe(rate)} (process/rss_bytes {rss.status})"
+    if traced.user_per_step >= _HELD_SHARE * rate:
+        return "python", f"{KINDS['python'].split(':')[0]}; {said}"
+    return "native", f"native memory held by objects the user's lines keep; {said}"
+
+
+#: The share of the resident size's growth that the bytes kept at the user's lines
+#: must reach for the objects they keep to be Python allocations (as
+#: :meth:`WindowEvidence.explains`).
+_HELD_SHARE = 0.25
+
+
 def classify(
     metric: str,
     by_metric: Mapping[str, _Judged],
@@ -221,7 +253,12 @@ def classify(
         # copies, judged on one sample per train() iteration, may grow the count alone).
         made = (format_culprit(s) for e in windows if e.probe == "tracemalloc"
                 for s, _ in e.sites if not is_library_site(s))
-        return own, tuple(dict.fromkeys((*types, *made))), KINDS[own]
+        culprits = tuple(dict.fromkeys((*types, *made)))
+        users_class = bool(types) and "." in types[0] and not is_library_type(types[0])
+        held = None if users_class else _what_counted_objects_hold(metric, by_metric, windows)
+        if held is not None:
+            return held[0], culprits, held[1]
+        return own, culprits, KINDS[own]
     v = by_metric[metric]
     rate = v.slope_per_step
     if own is not None and own != "native":

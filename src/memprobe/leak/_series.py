@@ -44,6 +44,7 @@ def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
         if found is None:
             short = short_key(key, prefix)
             found = seen[key] = (short in wanted or _windows.is_window_site(short)
+                                 or _windows.is_window_count(short)
                                  or split_short(short)[0] == "capture"
                                  or (sites and site_probe(key, prefix) is not None))
         return found

@@ -32,7 +32,8 @@ from ..keys import (
     split_site_key,
 )
 
-__all__ = ["WINDOW_KEYS", "WindowEvidence", "capture_evidence", "is_window_site",
+__all__ = ["WINDOW_KEYS", "WindowEvidence", "capture_evidence", "is_window_count",
+           "is_window_site",
            "window_evidence"]
 
 #: Closed windows read (the latest): a site counts when it survives half of them.
@@ -60,6 +61,14 @@ def is_window_site(short: str) -> bool:
     return parts is not None and parts.stat == "size_bytes"
 
 
+def is_window_count(short: str) -> bool:
+    """Whether a key without prefix is the tracemalloc windows' per-site count of
+    surviving blocks (``tracemalloc/survivors/<site>/count``)."""
+    probe, metric = split_short(short)
+    parts = split_site(metric, ("survivors",)) if probe == "tracemalloc" else None
+    return parts is not None and parts.stat == "count"
+
+
 Series = Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]
 
 
@@ -84,6 +93,8 @@ class WindowEvidence:
     source: str = "window"
     #: Median blocks surviving a window, per step traced (0 when not counted).
     count_per_step: float = 0.0
+    #: Of those, the blocks at the user's own sites (0 when not counted by site).
+    user_count_per_step: float = 0.0
 
     @property
     def user_per_step(self) -> float:
@@ -127,21 +138,27 @@ class WindowEvidence:
                 f"/step survive{user_s} against {fmt_value(rate_per_step, 'bytes')}/step")
 
 
-def _steps_per_window(active: tuple[Sequence[float], Sequence[float], Sequence[float]] | None,
-                      ) -> float:
-    """W, from the ``window_active`` series: steps from a window's first active sample
-    to the sample that closed it (1 when the series is missing)."""
+def _window_spans(active: tuple[Sequence[float], Sequence[float], Sequence[float]] | None,
+                  ) -> dict[float, float]:
+    """``{step of the sample that closed a window: steps the window traced}``, from the
+    ``window_active`` series: from a window's first active sample to the sample that
+    closed it (empty when the series is missing)."""
     if active is None:
-        return 1.0
-    spans: list[float] = []
+        return {}
+    spans: dict[float, float] = {}
     opened: float | None = None
     for x, y in zip(active[0], active[1]):
         if y and opened is None:
             opened = x
         elif not y and opened is not None:
-            spans.append(x - opened)
+            spans[x] = x - opened
             opened = None
-    return max(1.0, statistics.median(spans)) if spans else 1.0
+    return spans
+
+
+def _steps_per_window(spans: Mapping[float, float]) -> float:
+    """W: the median steps a window traced (1 when unknown)."""
+    return max(1.0, statistics.median(spans.values())) if spans else 1.0
 
 
 def window_evidence(series: Series, prefix: str, probe: str = "tracemalloc",
@@ -151,32 +168,51 @@ def window_evidence(series: Series, prefix: str, probe: str = "tracemalloc",
     total = series.get(make_key(prefix, probe, "survivors_bytes"))
     if total is None or not len(total[0]):
         return None
-    closes = list(total[0])[-_WINDOWS:]
-    w = _steps_per_window(series.get(make_key(prefix, probe, "window_active")))
+    # A window that closed at the step it opened traced no step's work, so it cannot say
+    # what a step keeps: the RLlib driver's and Learners' first call samples twice in
+    # one iteration, and with one window per 25 iterations, that empty window was half
+    # the evidence (a Learner's kept numpy copies then read as a small share of its rss
+    # growth: native).
+    spans = _window_spans(series.get(make_key(prefix, probe, "window_active")))
+    empty = {x for x, n in spans.items() if n <= 0}
+    traced = [(x, y) for x, y in zip(total[0], total[1]) if x not in empty]
+    if not traced:
+        return None
+    closes = [x for x, _ in traced][-_WINDOWS:]
+    w = _steps_per_window({x: n for x, n in spans.items() if n > 0})
     at = {x: i for i, x in enumerate(closes)}
     sizes: dict[str, list[float]] = {}
+    blocks: dict[str, list[float]] = {}
     for key, (xs, ys, _ts) in series.items():
         found = split_site_key(key, prefix)
         if found is None or found[0] != probe:
             continue
         section, name, stat = found[1]
-        if section != SITE_SECTIONS[probe] or stat != "size_bytes" or name == "other":
+        if section != SITE_SECTIONS[probe] or stat not in ("size_bytes", "count") \
+                or name == "other":
             continue
         vals = [float(y) for x, y in zip(xs, ys) if x in at]
         if vals:
-            sizes[name] = vals
+            (sizes if stat == "size_bytes" else blocks)[name] = vals
     need = (len(closes) + 1) // 2
-    ranked = [(s, statistics.median(v + [0.0] * (len(closes) - len(v))) / w)
-              for s, v in sizes.items() if len(v) >= need]
-    per_step = statistics.median(list(total[1])[-_WINDOWS:]) / w
+
+    def per_step(v: list[float]) -> float:
+        return statistics.median(v + [0.0] * (len(closes) - len(v))) / w
+
+    ranked = [(s, per_step(v)) for s, v in sizes.items() if len(v) >= need]
+    survive = statistics.median([y for _, y in traced][-_WINDOWS:]) / w
     counts = series.get(make_key(prefix, probe, "survivors_count"))
-    count = statistics.median(list(counts[1])[-_WINDOWS:]) / w if counts and len(counts[1]) else 0.0
+    counted = [y for x, y in zip(*counts[:2]) if x in at] if counts else []
+    count = statistics.median(counted) / w if counted else 0.0
     # A site holding a sliver of what survives is what happened to be alive as the
     # window closed (the loop's counter at the ``for`` line), not a culprit.
-    floor = max(0.0, _MIN_SITE_SHARE * per_step)
+    floor = max(0.0, _MIN_SITE_SHARE * survive)
     ranked = [r for r in ranked if r[1] > floor]
     ranked.sort(key=lambda r: (is_library_site(r[0]), -r[1]))
-    return WindowEvidence(probe, len(closes), w, per_step, tuple(ranked), count_per_step=count)
+    user_count = sum(per_step(blocks[s]) for s, _ in ranked
+                     if not is_library_site(s) and s in blocks)
+    return WindowEvidence(probe, len(closes), w, survive, tuple(ranked), count_per_step=count,
+                          user_count_per_step=user_count)
 
 
 def capture_evidence(samples: Sequence[Any], prefix: str) -> WindowEvidence | None:
