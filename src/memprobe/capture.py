@@ -15,11 +15,12 @@ early once tracemalloc's own memory passes it.
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import os
 import time
 import tracemalloc
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,7 @@ from ._errors import ConfigError, ProbeError, show
 from ._flatten import SiteMap
 from ._own import own_type_counts
 from ._sitestats import MEMPROBE_PACKAGES, Stats, default_filters, site_stats
-from .keys import format_culprit, shorten_path
+from .keys import format_culprit, format_site, is_library_site, is_library_type, shorten_path
 from .probes.memray import MemrayWindow, NativeSite, _memray
 from .probes.objects import type_name
 from .probes.tracemalloc import CAPTURE_NFRAME, acquire_tracing, growth, release_tracing
@@ -123,6 +124,51 @@ _HEAPTYPE = 1 << 9
 #: Fewest new instances for a type's holders to be walked: one or two are the
 #: ordinary churn of any program (a cached function, a new iterator).
 _MIN_TYPE_GROWTH = 5
+
+
+#: A container is read for what the user's line keeps when it holds this many items.
+_MIN_KEPT_ITEMS = 4
+#: Containers whose holders are walked.
+_KEPT_CONTAINERS = 2
+#: The containers read: their newest item is the last one.
+_CONTAINERS = (list, deque, dict)
+
+
+def _kept_at(site: str, timeout_seconds: float) -> list[Any]:
+    """The newest items of lists, deques and dicts (up to :data:`_KEPT_CONTAINERS`)
+    allocated under ``site``'s first frame (``app.py:12`` of ``app.py:12--numpy/...``)
+    while tracing: what the user's line makes and keeps, such as numpy arrays in a list,
+    which are no heap type to count and walk. Read while tracemalloc traces, within
+    ``timeout_seconds`` (0.15-0.25 s for a heap of 300,000-400,000 objects)."""
+    first = site.split("--", 1)[0]
+    file, _, line = first.rpartition(":")
+    if not file or not line.isdigit():
+        return []
+    lineno = int(line)
+    found: list[Any] = []
+    deadline = time.perf_counter() + timeout_seconds
+    # One comprehension over the heap (a loop allocating per object would be traced:
+    # seconds on a large heap), then the candidates, the oldest first (a list the user
+    # keeps for good is long-lived: the last generation, at the end).
+    objs = gc.get_objects()
+    try:
+        candidates = [o for o in objs if type(o) in _CONTAINERS and len(o) >= _MIN_KEPT_ITEMS]
+    finally:
+        del objs
+    try:
+        for n, obj in enumerate(reversed(candidates)):
+            if not n % 256 and time.perf_counter() > deadline:
+                break
+            item = next(reversed(obj.values())) if type(obj) is dict else obj[-1]
+            tb = tracemalloc.get_object_traceback(item)
+            if tb is not None and all(item is not f for f in found) and any(f.lineno == lineno and format_site(f.filename, lineno)
+                                      == first for f in tb):
+                found.append(item)
+                if len(found) >= _KEPT_CONTAINERS:
+                    break
+    finally:
+        del candidates
+    return found
 
 
 def _type_counts(capture: CulpritCapture) -> Counter[type]:
@@ -283,7 +329,6 @@ class CulpritCapture:
             window, self._memray = self._memray, None
             native = window.close()[: self.top]
         stats = site_stats("user", self._filters)
-        self._release_tracing()
         if self._baseline is None:
             ranked = sorted(stats.items(), key=lambda kv: (-kv[1][0], kv[0]))[: self.top]
             python = tuple((s, b, c) for s, (b, c) in ranked)
@@ -291,10 +336,23 @@ class CulpritCapture:
             python = tuple(growth(self._baseline, stats, self.top))
         self._baseline = None
         del stats
+        # The holders of what the user's line that kept most keeps, when the type that
+        # grew most is not the user's class: a library's objects in flight (RLlib's
+        # episode buffers) grow over a capture too, and their holders are the library's.
+        kept: list[Any] = []
+        user_site = next((s for s, _, _ in python if not is_library_site(s)), None)
+        if (self.holders and user_site is not None and heap_walk_safe()
+                and (grown_type is None or is_library_type(type_name(grown_type)))):
+            kept = _kept_at(user_site, self.holders_timeout_seconds)
+        self._release_tracing()
         chains: tuple[Chain, ...] = ()
-        if self.holders and grown_type is not None and heap_walk_safe():
+        if kept:
+            chains = tuple(referrer_chains(kept, samples=_KEPT_CONTAINERS,
+                                           timeout_seconds=self.holders_timeout_seconds))
+        elif self.holders and grown_type is not None and heap_walk_safe():
             chains = tuple(referrer_chains(grown_type, samples=2,
                                            timeout_seconds=self.holders_timeout_seconds))
+        del kept
         self._started_at = None
         return Culprits(python, tuple(native), tuple(types), chains, duration, tuple(notes))
 

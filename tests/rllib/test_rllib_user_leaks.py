@@ -190,3 +190,39 @@ def test_a_learners_tracing_windows_see_what_an_iteration_keeps(tmp_path):
     assert seen is not None and seen.windows >= 1, seen
     # The user's line keeps 512 KiB per iteration (and numpy's headers beside it).
     assert 0.9 * 512 * 1024 <= seen.user_per_step <= 1.2 * 512 * 1024, seen
+
+
+#: The user's own list of observations, as a callback of theirs keeps them.
+KEPT_OBSERVATIONS: list = []
+
+
+def test_the_capture_names_the_users_list_not_rllibs_episodes_in_flight():
+    """The alarm's capture in an EnvRunner whose user callback keeps every episode's
+    observations (numpy arrays: no heap type to count), while RLlib's episodes in flight
+    grow over the capture: "held by" must name the user's list that keeps what their
+    line makes, not the holders of RLlib's episode buffers, the type that grew most (a
+    real run's capture read ``InfiniteLookbackBuffer <- SingleAgentEpisode <- list[1] <-
+    local 'done_episodes_to_return' of frame _sample``)."""
+    import numpy as np
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+
+    from memprobe.capture import capture_culprits
+
+    in_flight = []
+
+    def step():
+        in_flight.append(SingleAgentEpisode())  # RLlib's, returned after the capture
+        KEPT_OBSERVATIONS.append(np.ones((64, 8)))  # the user's line: 4 KiB kept per step
+
+    try:
+        for _ in range(20):
+            step()
+        culprits = capture_culprits(1.0, step, native=False)
+    finally:
+        KEPT_OBSERVATIONS.clear()
+        in_flight.clear()
+    assert any("InfiniteLookbackBuffer" in t for t, _ in culprits.types), culprits.types
+    assert culprits.holders, culprits
+    text = str(culprits.holders[0])
+    assert "KEPT_OBSERVATIONS" in text, [str(c) for c in culprits.holders]
+    assert "InfiniteLookbackBuffer" not in text, text
