@@ -161,8 +161,9 @@ def _kept_at(site: str, timeout_seconds: float) -> list[Any]:
                 break
             item = next(reversed(obj.values())) if type(obj) is dict else obj[-1]
             tb = tracemalloc.get_object_traceback(item)
-            if tb is not None and all(item is not f for f in found) and any(f.lineno == lineno and format_site(f.filename, lineno)
-                                      == first for f in tb):
+            made_here = tb is not None and any(
+                f.lineno == lineno and format_site(f.filename, lineno) == first for f in tb)
+            if made_here and all(item is not f for f in found):
                 found.append(item)
                 if len(found) >= _KEPT_CONTAINERS:
                     break

@@ -77,10 +77,11 @@ LEAK_OPTIONS: Mapping[str, Any] = {
 #: a confirmation once ``PER_ITERATION_EVIDENCE`` new iterations came since the last one
 #: that counted, at every ``leak_check_every``. The persistence rule still holds an alarm
 #: until the growth has gone on for 1.5 times the iterations its first leaking verdict
-#: judged. Measured (benchmarks/rllib_iteration_alarm.py, docs/rllib.md): Learner leaks
-#: of 0.25-1 MiB per iteration alarm at iteration 26 instead of after 100; no alarm in
-#: 12 healthy drivers and Learners of 12-100 iterations; 4 points (8 iterations) lost a
-#: remote Learner's leak in its noise.
+#: judged. Measured on recordings replayed (benchmarks/rllib_iteration_alarm.py,
+#: docs/rllib.md): Learner leaks of about 1 MiB per iteration alarm at iteration 26
+#: instead of after 100 (a local Learner's rss that rises in steps can still read
+#: levelled off for longer); no alarm in 12 healthy drivers and Learners of 27-102
+#: iterations; 4 points (8 iterations) lost a remote Learner's leak in its noise.
 PER_ITERATION_MIN_POINTS = 5
 PER_ITERATION_EVIDENCE = 5
 #: The roles sampled once per ``train()`` iteration.

@@ -185,6 +185,12 @@ def _held(metric: str, rate: float, windows: Sequence[WindowEvidence], holders: 
     return kind, culprits or (*sites[:5], *types), note
 
 
+#: The share of the resident size's growth that the bytes kept at the user's lines
+#: must reach for the objects they keep to be Python allocations (as
+#: :meth:`WindowEvidence.explains`).
+_HELD_SHARE = 0.25
+
+
 def _what_counted_objects_hold(metric: str, by_metric: Mapping[str, _Judged],
                                windows: Sequence[WindowEvidence]) -> tuple[str, str] | None:
     """The kind and note of a count of live objects (``metric``) that grows by blocks
@@ -209,12 +215,6 @@ def _what_counted_objects_hold(metric: str, by_metric: Mapping[str, _Judged],
     if traced.user_per_step >= _HELD_SHARE * rate:
         return "python", f"{KINDS['python'].split(':')[0]}; {said}"
     return "native", f"native memory held by objects the user's lines keep; {said}"
-
-
-#: The share of the resident size's growth that the bytes kept at the user's lines
-#: must reach for the objects they keep to be Python allocations (as
-#: :meth:`WindowEvidence.explains`).
-_HELD_SHARE = 0.25
 
 
 def classify(
