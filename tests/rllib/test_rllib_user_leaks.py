@@ -126,7 +126,7 @@ def test_a_learner_leak_in_the_driver_alarms_within_30_iterations(ray_session, t
 
 
 @pytest.mark.parametrize("kib_per_iteration", [0, 1024])
-def test_a_process_sampled_once_per_iteration_alarms_on_a_leak_only(tmp_path, kib_per_iteration):
+def test_a_process_sampled_once_per_iteration_alarms_on_a_leak_only(fresh_heap, kib_per_iteration):
     """A Learner's ProcessProber, sampled as the driver samples it (once per iteration),
     around real work (a minibatch's arrays made and dropped): 1 MiB kept per iteration
     alarms within ALARM_BY_ITERATION samples; nothing kept raises nothing in 60."""
@@ -147,12 +147,14 @@ def test_a_process_sampled_once_per_iteration_alarms_on_a_leak_only(tmp_path, ki
             values = pp.sample_all(i)
             if alarmed is None and values.get(f"{LEARNER_PREFIX}/leak/suspect") == 1.0:
                 alarmed = i
+        latest = pp.prober.alarm.latest
     finally:
         pp.prober.stop()
+    verdicts = [v.describe() for v in latest.verdicts.values()] if latest else None
     if kib_per_iteration:
-        assert alarmed is not None and alarmed <= ALARM_BY_ITERATION, alarmed
+        assert alarmed is not None and alarmed <= ALARM_BY_ITERATION, verdicts
     else:
-        assert alarmed is None, alarmed
+        assert alarmed is None, (alarmed, verdicts)
 
 
 def test_a_learners_tracing_windows_see_what_an_iteration_keeps(tmp_path):
