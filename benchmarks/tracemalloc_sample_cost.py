@@ -1,17 +1,21 @@
-"""What one sample of the tracemalloc probe costs in a process with numpy imported
-(about 40,000 traced blocks, 6,000 distinct tracebacks), against a previous memprobe.
+"""What one sample of the tracemalloc probe costs in a process with numpy or torch
+imported (numpy: about 50,000 traced blocks, 4,000-6,000 distinct tracebacks; torch:
+about 520,000 and 64,000), against a previous memprobe.
 
-Run: ``python benchmarks/tracemalloc_sample_cost.py --baseline-src DIR [--rounds 20]
-[--runs 3]`` where DIR is the ``src`` of the memprobe to compare with, e.g. made by
-``git archive 7e3e6c4 src | tar -x -C /tmp/base`` (DIR ``/tmp/base/src``).
+Run: ``python benchmarks/tracemalloc_sample_cost.py --baseline-src DIR [--import torch]
+[--rounds 20] [--runs 3]`` where DIR is the ``src`` of the memprobe to compare with, e.g.
+made by ``git archive 7e3e6c4 src | tar -x -C /tmp/base`` (DIR ``/tmp/base/src``).
 
 Two parts:
 
 * **In one process**: the probe of ``--baseline-src`` (loaded as package
   ``memprobe_baseline``) and the probe of this checkout each keep sampling the same
   process while tracing runs (``group_by="user"``, 4 frames, as ``memprobe run``
-  samples). Each round times one ``sample()`` of each, and the raw copy of the traces
-  (``_tracemalloc._get_traces()``, the floor of any sample) on this thread's CPU clock
+  samples), the module ``--import`` (numpy by default) imported under tracing as a
+  program imports it. Each round times one ``sample()`` of each, the raw copy of the
+  traces (``_tracemalloc._get_traces()``, the floor of any sample) and, with
+  ``--first``, a first sample of each (a new probe, with memprobe's caches of file
+  names emptied, as in a new process) on this thread's CPU clock
   (``benchmarks/interleaved.py``); the figures are medians over rounds of the per-round
   ratios. The two probes' site statistics are checked equal on the same traces.
 * **End to end** (``--runs``): ``memprobe run --probes process,gc,tracemalloc
@@ -73,7 +77,16 @@ def load_baseline(src: str):
     return module
 
 
-def in_process(baseline_src: str, rounds: int) -> None:
+def forget_file_names(*packages: str) -> None:
+    """Empty the caches of file names (shortened, library or not) of each memprobe."""
+    for pkg in packages:
+        keys = importlib.import_module(f"{pkg}.keys")
+        stats = importlib.import_module(f"{pkg}._sitestats")
+        for cached in (keys.shorten_path, stats.is_library):
+            cached.cache_clear()
+
+
+def in_process(baseline_src: str, rounds: int, module: str, first: bool) -> None:
     base = load_baseline(baseline_src)
     from memprobe._sitestats import SiteGrouper
     from memprobe.probes.tracemalloc import TracemallocProbe
@@ -87,9 +100,18 @@ def in_process(baseline_src: str, rounds: int) -> None:
     old = old_mod.TracemallocProbe(exclude=[here_dir])
     new.start()
     old.start()
-    try:
-        import numpy  # noqa: F401  (its import-time blocks: tens of thousands)
 
+    def first_sample(make) -> None:
+        forget_file_names("memprobe", "memprobe_baseline")
+        probe = make()
+        probe.start()
+        probe.sample()
+        probe.stop()  # the other probes keep tracing on
+
+    try:
+        importlib.import_module(module)  # its import-time blocks: tens or hundreds of thousands
+        if module != "numpy":
+            importlib.import_module("numpy")
         for _ in range(50):
             remember(6_000)
         for _ in range(3):  # both probes in their steady state
@@ -110,17 +132,34 @@ def in_process(baseline_src: str, rounds: int) -> None:
             ("raw copy of the traces", lambda: len(_tracemalloc._get_traces())),
             ("the program's step", lambda: remember(6_000)),
         ]
+        if first:
+            rows += [
+                ("before: first sample", lambda: first_sample(
+                    lambda: old_mod.TracemallocProbe(exclude=[here_dir]))),
+                ("now: first sample", lambda: first_sample(
+                    lambda: TracemallocProbe(exclude=[base_dir]))),
+            ]
         times = time_rows(rows, rounds, 1, timer=time.thread_time)
+        sites = len(new._previous or {})
     finally:
         old.stop()
         new.stop()
     before, now, raw = times[0], times[1], times[2]
-    print(f"{n_traces} traced blocks, {distinct} distinct tracebacks, nframe "
-          f"{new.nframe}, group_by=user; the two probes' site statistics equal: {same}")
+    print(f"import {module} under tracing: {n_traces} traced blocks, {distinct} distinct "
+          f"tracebacks, {sites} sites; nframe {new.nframe}, group_by=user; the two "
+          f"probes' site statistics equal: {same}")
     print(f"{rounds} rounds, thread CPU time, medians of the per-round ratios:")
     print(f"  now / before        {statistics.median(n / b for n, b in zip(now, before)):.3f}")
     print(f"  before / raw copy   {statistics.median(b / r for b, r in zip(before, raw)):.2f}")
     print(f"  now / raw copy      {statistics.median(n / r for n, r in zip(now, raw)):.2f}")
+    if first:
+        fb, fn = times[4], times[5]
+        print(f"  first sample, now / before  "
+              f"{statistics.median(n / b for n, b in zip(fn, fb)):.3f}")
+        print(f"  first sample now / raw copy "
+              f"{statistics.median(n / r for n, r in zip(fn, raw)):.2f}")
+    print("  CPU seconds (medians; the machine's load inflates them): " + ", ".join(
+        f"{name} {statistics.median(t) / 1e6:.3f}" for (name, _), t in zip(rows, times)))
 
 
 def one_run(src: str, workdir: str, out: str) -> tuple[float, int, float, bool, str]:
@@ -172,13 +211,17 @@ def main() -> None:
     parser.add_argument("--baseline-src", required=True, metavar="DIR",
                         help="the src directory of the memprobe to compare with")
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--import", dest="module", default="numpy", metavar="MODULE",
+                        help="the module the program imports while tracing (numpy, torch)")
+    parser.add_argument("--first", action="store_true",
+                        help="time first samples too (a new probe, no cached file names)")
     parser.add_argument("--runs", type=int, default=3, help="end-to-end pairs (0: none)")
     args = parser.parse_args()
     if not os.path.isdir(os.path.join(args.baseline_src, "memprobe")):
         parser.error(f"--baseline-src {args.baseline_src}: no memprobe package in it")
     if tracemalloc.is_tracing():
         parser.error("tracemalloc already traces: the probes would not start it themselves")
-    in_process(args.baseline_src, args.rounds)
+    in_process(args.baseline_src, args.rounds, args.module, args.first)
     if args.runs:
         end_to_end(args.baseline_src, args.runs)
 
