@@ -308,14 +308,14 @@ def _site_totals(groups: dict[Any, list[int]], last: Stats) -> Stats:
     block has the size of that block (the int that is already in the trace)."""
     out: Stats = {}
     get = last.get
-    for site, sizes in groups.items():
+    for key, sizes in groups.items():
         count = len(sizes)
         size = sizes[0] if count == 1 else sum(sizes)
-        old = get(site)
+        old = get(key)
         if old is not None and old[0] == size and old[1] == count:
-            out[site] = old
+            out[key] = old
         else:
-            out[site] = (size, count)
+            out[key] = (size, count)
     return out
 
 
