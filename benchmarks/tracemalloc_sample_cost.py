@@ -126,6 +126,17 @@ def where_the_time_goes(probe, rounds: int) -> None:
         t = timer()
         probe.sample()
         parts["the whole sample()"].append(timer() - t)
+    kept = sys.getsizeof(grouper._sites)  # the tracebacks kept, their frames and sites
+    seen: set[int] = set()
+    for tb, site in grouper._sites.items():
+        for obj in (tb, site, *tb, *(x for frame in tb for x in frame)):
+            if id(obj) in seen or (isinstance(obj, str) and obj is not site):
+                continue
+            seen.add(id(obj))
+            kept += sys.getsizeof(obj)
+    print(f"the probe keeps {len(grouper._sites)} tracebacks' sites in {kept / 1e6:.1f} MB "
+          f"(file names aside); tracemalloc's own memory: "
+          f"{tracemalloc.get_tracemalloc_memory() / 1e6:.1f} MB")
     copy = statistics.median(parts["copy of the traces"])
     print(f"where a steady sample's time goes, {rounds} rounds, thread CPU time, medians:")
     for name, ts in parts.items():
