@@ -46,10 +46,11 @@ DEFAULT_RUN_BUDGET = 0.2
 #: few seconds whose samples cost a tenth of a second each still gets its verdict; a long
 #: run pays the budget's share after its first seconds.
 UNBUDGETED_SAMPLES = 40
-#: ... as long as they took at most this much of the sampler's CPU time in all (40
-#: samples of a tenth of a second, with room): a sample that costs a second (the
-#: tracemalloc probe once torch is imported: docs/performance.md) would otherwise hold
-#: the program back for most of its first minute. Past it, the budget applies.
+#: The sampler's CPU time after which the budget applies, even before
+#: :data:`UNBUDGETED_SAMPLES` were taken (40 samples of a tenth of a second, with room):
+#: at a second a sample (the tracemalloc probe once torch is imported:
+#: docs/performance.md), 40 samples at ``--interval`` would hold the program back for
+#: most of its first minute.
 UNBUDGETED_SECONDS = 5.0
 
 # Bound at import: a program that patches ``time`` does not reach the sampler's own clock.
