@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import sysconfig
 import tracemalloc
 
@@ -131,6 +132,45 @@ def test_live_tracing_matches_stdlib_path():
         tb = site_stats("traceback", flts)
         assert any(f"test_sitestats.py:{line}" in k for k in tb)
     finally:
+        tracemalloc.stop()
+
+
+def test_a_sample_sets_off_no_collection_and_leaves_the_collector_as_it_was():
+    """The copy of 60,000 traces is a tuple per block, each tracked by the collector: none
+    sets off a collection while the copy is alive (before, 250 of them, of every
+    generation, which the gc probe counted as the program's), and the collector is left
+    on, or off, as it was. What is left is at most one collection of the youngest
+    generation after a sample: the tuples that went to their free lists do not give back
+    their count."""
+    import gc
+
+    from memprobe._sitestats import SiteGrouper
+
+    generations: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            generations.append(info["generation"])
+
+    tracemalloc.start(1)
+    try:
+        held = [[i] for i in range(30_000)]  # noqa: F841  (a list and its buffer each)
+        line = sys._getframe().f_lineno - 1
+        grouper = SiteGrouper("lineno", default_filters())
+        grouper.site_stats()  # keeps the tracebacks it saw
+        gc.collect()
+        gc.callbacks.append(seen)
+        for enabled in (True, False, True):
+            (gc.enable if enabled else gc.disable)()
+            stats = grouper.site_stats()
+            assert gc.isenabled() is enabled
+            site = next(k for k in stats if k.endswith(f"test_sitestats.py:{line}"))
+            assert stats[site][1] >= 60_000
+        assert len(generations) <= 2 and set(generations) <= {0}, generations
+    finally:
+        if seen in gc.callbacks:
+            gc.callbacks.remove(seen)
+        gc.enable()
         tracemalloc.stop()
 
 

@@ -222,21 +222,24 @@ def culprit_key(prefix: str, name: str) -> str:
     return leak_key(prefix, "culprit", name, "rate_per_hour")
 
 
-def _site_roots() -> list[tuple[str, str]]:
-    roots: list[str] = []
-    for p in sys.path:
-        if p and ("site-packages" in p or "dist-packages" in p):
-            roots.append(p)
-    for name in ("purelib", "platlib", "stdlib", "platstdlib"):
-        try:
-            roots.append(sysconfig.get_paths()[name])
-        except KeyError:
-            pass
+@functools.lru_cache(maxsize=1)
+def _install_roots() -> tuple[str, ...]:
+    """The interpreter's library directories (``sysconfig``: fixed for its life, and about
+    a millisecond to work out, once per distinct file otherwise)."""
+    paths = sysconfig.get_paths()
+    return tuple(paths[n] for n in ("purelib", "platlib", "stdlib", "platstdlib") if n in paths)
+
+
+@functools.lru_cache(maxsize=4)
+def _site_roots(path: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    """Directories a source path is shortened against, for ``sys.path`` = ``path``,
+    longest first (so site-packages wins over the stdlib directory above it)."""
+    roots = [p for p in path if p and ("site-packages" in p or "dist-packages" in p)]
+    roots += _install_roots()
     out = []
     for r in roots:
         r = os.path.normpath(os.path.abspath(r))
         out.append((r + os.sep, r))
-    # Longest first, so site-packages wins over the stdlib directory above it.
     out.sort(key=lambda t: len(t[0]), reverse=True)
     return list(dict.fromkeys(out))
 
@@ -255,7 +258,7 @@ def shorten_path(filename: str) -> str:
     path = os.path.normpath(filename)
     if not os.path.isabs(path):
         return path.replace(os.sep, "/")
-    candidates = [*_site_roots()]
+    candidates = [*_site_roots(tuple(sys.path))]
     cwd = os.getcwd()
     candidates.append((cwd + os.sep, cwd))
     best = ""

@@ -1,8 +1,9 @@
 """``memprobe run --budget``: sampling takes at most that fraction of the run's wall time.
 
-After its first ``UNBUDGETED_SAMPLES`` (what a verdict needs, taken at ``--interval``), a
-sample that took ``d`` seconds of the sampler's CPU time is followed by a wait of at
-least ``d / budget - d``. The law is checked from what the run wrote, not from a clock's
+After its first ``UNBUDGETED_SAMPLES`` (what a verdict needs, taken at ``--interval``,
+unless they take ``UNBUDGETED_SECONDS`` of CPU time first), a sample that took ``d``
+seconds of the sampler's CPU time is followed by a wait of at least ``d / budget - d``.
+The law is checked from what the run wrote, not from a clock's
 threshold: a plugin probe (a real one, installed through an entry point) walks every
 gc-tracked object of the program and reports the CPU seconds its own walk took, a lower
 bound of the sample's; so the time between two samples' records is at least
@@ -23,7 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memprobe.cli._run import DEFAULT_RUN_BUDGET, UNBUDGETED_SAMPLES, Sampler
+from memprobe.cli._run import DEFAULT_RUN_BUDGET, UNBUDGETED_SAMPLES, UNBUDGETED_SECONDS, Sampler
 
 #: Keeps 300,000 gc-tracked objects alive, so that each walk of them takes milliseconds,
 #: and runs long enough for the samples taken at --interval and a dozen after them.
@@ -155,6 +156,23 @@ def test_pause_after_bounds_the_share_and_never_shortens_the_interval(
     assert wait >= interval
     assert seconds / (seconds + wait) <= budget * (1 + 1e-9)
     # No longer than needed: the interval, or exactly the budget's share.
+    assert wait == interval or math.isclose(seconds / (seconds + wait), budget)
+
+
+@given(seconds=st.floats(1e-6, 10.0), budget=st.floats(1e-3, 0.999),
+       interval=st.floats(1e-3, 1e-2), tried=st.integers(1, UNBUDGETED_SAMPLES - 1))
+def test_costly_first_samples_are_budgeted_once_their_cpu_time_is_spent(
+        seconds: float, budget: float, interval: float, tried: int) -> None:
+    """Samples of a second each (tracemalloc with torch imported) do not take the first
+    UNBUDGETED_SAMPLES at --interval: past UNBUDGETED_SECONDS of CPU time in samples,
+    however few, the budget spaces them."""
+    sampler = Sampler(None, interval, budget)
+    sampler.tried = tried
+    sampler.busy_seconds = UNBUDGETED_SECONDS * (1 - 1e-9)
+    assert sampler.pause_after(seconds) == interval
+    sampler.busy_seconds = UNBUDGETED_SECONDS
+    wait = sampler.pause_after(seconds)
+    assert seconds / (seconds + wait) <= budget * (1 + 1e-9)
     assert wait == interval or math.isclose(seconds / (seconds + wait), budget)
 
 

@@ -46,6 +46,12 @@ DEFAULT_RUN_BUDGET = 0.2
 #: few seconds whose samples cost a tenth of a second each still gets its verdict; a long
 #: run pays the budget's share after its first seconds.
 UNBUDGETED_SAMPLES = 40
+#: The sampler's CPU time after which the budget applies, even before
+#: :data:`UNBUDGETED_SAMPLES` were taken (40 samples of a tenth of a second, with room):
+#: at a second a sample (the tracemalloc probe once torch is imported:
+#: docs/performance.md), 40 samples at ``--interval`` would hold the program back for
+#: most of its first minute.
+UNBUDGETED_SECONDS = 5.0
 
 # Bound at import: a program that patches ``time`` does not reach the sampler's own clock.
 _thread_time = time.thread_time
@@ -107,7 +113,8 @@ class Sampler:
     program's run matters more than one sample.
 
     With a ``budget`` (a fraction of wall time), after the first
-    :data:`UNBUDGETED_SAMPLES`, a sample that took ``d`` seconds of the
+    :data:`UNBUDGETED_SAMPLES` (or :data:`UNBUDGETED_SECONDS` of CPU time spent in
+    samples, if that comes first), a sample that took ``d`` seconds of the
     sampler thread's CPU time is followed by a wait of at least ``d / budget - d``
     (:meth:`pause_after`): the sampler thread, which holds the GIL while it works,
     takes at most ``budget`` of the program's wall time whatever a sample costs (a
@@ -135,8 +142,11 @@ class Sampler:
     def pause_after(self, seconds: float) -> float:
         """The wait after a sample that took ``seconds``: the interval, or longer, so that
         sampling's share ``seconds / (seconds + wait)`` stays within the budget once
-        :data:`UNBUDGETED_SAMPLES` samples were taken."""
-        if self.budget is None or seconds <= 0.0 or self.tried < UNBUDGETED_SAMPLES:
+        :data:`UNBUDGETED_SAMPLES` samples were taken, or :data:`UNBUDGETED_SECONDS` spent
+        in them."""
+        if self.budget is None or seconds <= 0.0:
+            return self.interval
+        if self.tried < UNBUDGETED_SAMPLES and self.busy_seconds < UNBUDGETED_SECONDS:
             return self.interval
         return max(self.interval, seconds / self.budget - seconds)
 

@@ -36,9 +36,11 @@ class TracemallocProbe:
 
     Starts tracing (with ``nframe`` frames) only if nothing traces yet, and
     stops only what it started. Sampling copies the traces: its cost grows
-    with the number of traced blocks (tens of ms at 100k blocks; each distinct
-    traceback's site is worked out once and kept between samples), and tracing
-    itself slows allocation, so give it an ``every`` or ``interval_seconds``.
+    with the number of traced blocks (tens of ms at 100k blocks; about a second of
+    CPU once torch is imported under tracing, 500,000 blocks, of which the copy
+    itself is half; each distinct traceback's site is worked out once and kept
+    between samples: docs/performance.md), and tracing itself slows allocation, so
+    give it an ``every``, ``interval_seconds`` or the Prober a ``budget``.
 
     Windowed mode (``window_steps=W, period_steps=P``): tracing runs only for
     W of every P samples of this probe. At sample ``k*P`` tracing starts; at
