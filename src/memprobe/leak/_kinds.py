@@ -119,6 +119,10 @@ def _grows(v: _Judged | None, than: float = 0.0) -> bool:
 #: Said of memray's sites read without their C stacks.
 NATIVE_TRACES_HINT = ("the memray probe's native_traces=True (probes={'memray': "
                       "{'native_traces': True}}) names the C function")
+#: Said of a native leak where the memray probe did not run: the alarm's capture reads the
+#: C stack.
+CAPTURE_NATIVE_HINT = ("capture_on_leak={'native': True, 'native_traces': True} names the "
+                       "C function")
 
 
 def native_hint(windows: Sequence[WindowEvidence] = ()) -> str:
@@ -129,10 +133,9 @@ def native_hint(windows: Sequence[WindowEvidence] = ()) -> str:
         installed = importlib.util.find_spec("memray") is not None
     except (ImportError, ValueError):
         installed = False
-    option = "capture_on_leak={'native': True, 'native_traces': True} names the C function"
     if installed:
-        return option
-    return 'pip install "memprobe[native]"; then ' + option
+        return CAPTURE_NATIVE_HINT
+    return 'pip install "memprobe[native]"; then ' + CAPTURE_NATIVE_HINT
 
 
 def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
