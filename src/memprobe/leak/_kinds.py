@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from .._registry import builtin_declarations, growth_kinds, judged_metrics
-from ..keys import format_culprit, is_library_site, is_library_type, split_short
+from ..keys import ends_in_c_frame, format_culprit, is_library_site, is_library_type, split_short
 from ._windows import WindowEvidence
 
 __all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
@@ -146,7 +146,7 @@ def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
     if native is not None:
         named = tuple(format_culprit(s) for s, _ in native.sites[:5])
         note = f"{note}; {native.describe(rate)}"
-        if all(".py:" in n.rsplit(" → ", 1)[-1] or n.startswith("<") for n in named):
+        if not any(ends_in_c_frame(n) for n in named):
             note += f"; {NATIVE_TRACES_HINT}"  # Python frames alone: memray read no C stack
         return "native", named, note
     hint = native_hint(windows)
@@ -261,7 +261,7 @@ def classify(
     for seen in dict.fromkeys(captured or traced_views):
         if seen.explains(rate, blocks_per_step=blocks):
             kind, culprits, _ = _python(
-                (*(format_culprit(s) for s, _ in seen.sites), *sites), types)
+                (*(format_culprit(s) for s, _ in seen.sites), *py_sites), types)
             return kind, culprits, f"{KINDS[kind].split(':')[0]}; {seen.describe(rate)}"
     if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):
         return "mmap", (), KINDS["mmap"]
