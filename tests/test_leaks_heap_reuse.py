@@ -140,3 +140,38 @@ def test_the_checks_own_memory_does_not_grow_mallocs_bytes_in_use() -> None:
     # Blocks alive at each call, from call 10 on: the snapshot's own list and its count.
     per_call = (counts[-1] - counts[10]) / (len(counts) - 11)
     assert per_call < 4, counts
+
+
+@pytest.mark.parametrize("lib", ["numpy", "json"])
+def test_a_python_leak_seen_by_malloc_alone_says_what_its_kind_rests_on(lib: str) -> None:
+    """numpy's arrays and json's long strings are malloc's bytes too: without tracemalloc,
+    malloc's bytes in use growing is no evidence of native memory. The verdict says what
+    it rests on and how to tell; with tracemalloc the same leak is Python's, at the
+    user's line."""
+    kept: list = []
+    if lib == "numpy":
+        np = pytest.importorskip("numpy")
+
+        def leak() -> None:
+            kept.append(np.ones(4096))
+    else:
+        doc = json.dumps(["x" * 30_000])
+
+        def leak() -> None:
+            kept.append(json.loads(doc))
+    report = memprobe.check_leaks(leak, repeats=40, probes=["process", "malloc"],
+                                  tracemalloc_top=None)
+    in_use = report.get("malloc/in_use_bytes")
+    assert in_use is not None and in_use.leaking, in_use
+    assert "not told from Python's" in in_use.note, in_use.note
+    assert "the tracemalloc probe, which did not run, tells them apart" in in_use.note
+    report = memprobe.check_leaks(leak, repeats=40, probes=["process", "malloc"])
+    in_use = report.get("malloc/in_use_bytes")
+    assert in_use is not None and in_use.kind == "python", in_use
+    assert "not told" not in in_use.note
+    assert in_use.culprits and in_use.culprits[0].startswith("tests/test_leaks_heap_reuse.py:")
+
+
+def test_a_native_leak_seen_with_tracemalloc_is_native_without_doubt(heap_reuse_leak) -> None:
+    in_use = memprobe.check_leaks(heap_reuse_leak, repeats=40).get("malloc/in_use_bytes")
+    assert in_use is not None and in_use.kind == "native" and "not told" not in in_use.note

@@ -116,6 +116,12 @@ def _grows(v: _Judged | None, than: float = 0.0) -> bool:
     return v is not None and v.status in ("leak", "slight") and v.slope_per_step >= than
 
 
+#: Why a growth of malloc's bytes in use is said native when tracemalloc did not run: what
+#: it rests on, and how to tell it from Python's.
+UNTOLD = ("not told from Python's: malloc's bytes in use grow, and so do they for Python's "
+          "objects over 512 bytes (numpy arrays, long strings); the tracemalloc probe, "
+          "which did not run, tells them apart")
+
 #: Said of memray's sites read without their C stacks.
 NATIVE_TRACES_HINT = ("the memray probe's native_traces=True (probes={'memray': "
                       "{'native_traces': True}}) names the C function")
@@ -239,11 +245,12 @@ def classify(
         by_metric.get(BLOCKS))
     if own == "native" and _grows(py, 0.5 * rate):
         return _python(py_sites, types)  # malloc's bytes in use, Python's allocations among them
+    untold = UNTOLD if py is None and traced is None else ""  # no view of Python's bytes
     if own == "native":  # malloc's bytes in use: held by objects the user's lines make?
         held = _held(metric, rate, windows, holders, types, traced) \
             if objects_grow and not _grows(py, 0.1 * rate) and (
                 py is not None or traced is not None) else None
-        return held or _native(metric, rate, windows, "")
+        return held or _native(metric, rate, windows, untold)
     in_use = by_metric.get("malloc/in_use_bytes")
     # A process that serves a leak from heap it freed before grows its resident size by
     # less than the leak; malloc's bytes in use grow by all of it. Python's share is
@@ -269,7 +276,7 @@ def classify(
         if _grows(in_use, 0.1 * rate):
             held = _held(metric, rate, windows, holders, types, traced) \
                 if objects_grow and (py is not None or traced is not None) else None
-            return held or _native(metric, rate, windows, "malloc's in-use bytes grow")
+            return held or _native(metric, rate, windows, untold or "malloc's in-use bytes grow")
         if _grows(by_metric.get("malloc/free_bytes")):
             return "fragmentation", (), KINDS["fragmentation"]
     rss = by_metric.get("process/rss_bytes")
