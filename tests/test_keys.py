@@ -111,8 +111,8 @@ def test_library_types_are_told_from_the_users():
 
 
 PY_FRAME = st.one_of(
-    st.builds(lambda f, n: f"{f}.py:{n}", st.sampled_from(["app", "numpy/_core/numeric", "a/b"]),
-              st.integers(1, 99_999)),
+    st.builds(lambda f, n: f"{f}.py:{n}",
+              st.sampled_from(["app", "numpy/_core/numeric", "a/b"]), st.integers(1, 99_999)),
     st.builds(lambda f, n: f"{f}:{n}", st.sampled_from(["<string>", "string", "<stdin>",
                                                        "<ipython-input-3-ab12>"]),
               st.integers(1, 999)))

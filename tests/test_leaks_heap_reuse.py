@@ -12,9 +12,10 @@ import tracemalloc
 import pytest
 
 import memprobe
+# Imported before pytester's inline runs (see test_pytest_plugin).
 import memprobe.leak._alarm
 import memprobe.leak._peak
-import memprobe.leaks  # noqa: F401  (imported before pytester's inline runs, see test_pytest_plugin)
+import memprobe.leaks
 from memprobe.probes import malloc
 
 pytestmark = pytest.mark.skipif(not malloc.supported(), reason="needs glibc's mallinfo2()")
