@@ -12,6 +12,7 @@ import tracemalloc
 import pytest
 
 import memprobe
+
 # Imported before pytester's inline runs (see test_pytest_plugin).
 import memprobe.leak._alarm
 import memprobe.leak._peak
