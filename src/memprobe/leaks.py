@@ -227,7 +227,10 @@ def assert_no_leak(
     floor under which growth is only "growing slightly". Counts
     (``process/num_fds``, ``objects/total_count``) listed in ``metrics``
     tolerate no growth. How many repeats catch a leak of N bytes per call:
-    docs/leaks.md.
+    docs/leaks.md. ``metrics`` are by default Python's traced bytes, the resident size and
+    malloc's bytes in use (:data:`CHECKED_METRICS`; the last where the ``malloc`` probe
+    runs, which then samples by default): a native leak served from heap the program
+    freed before grows the bytes in use while the resident size reads levelled off.
 
     :returns: the :class:`Report` when nothing leaks.
     :raises LeakError: naming the metrics that grew, the kind of growth and the culprits.
