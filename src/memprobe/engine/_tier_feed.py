@@ -6,6 +6,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from operator import itemgetter
+from operator import sub as _sub
 
 from .._sample import Number
 from ..keys import key_of, make_key
@@ -148,16 +149,19 @@ class TierFeed:
             self.tiers.skip(n)
             xs, ts, width, values = self._xs[:n], self._ts[:n], len(self._present), self._values
             batch = {}
-            judged = [i for i in range(n) if not self._inside[i]]  # resident sizes read outside
-            rxs = array("d", [xs[i] for i in judged])
-            rts = array("d", [ts[i] for i in judged])
-            own = self._own
+            inside = self._inside[:n]
+            judged = [i for i in range(n) if not inside[i]] if any(inside) else None
+            own = self._own[:n]
+            if judged is not None:  # the resident sizes read outside a memray window
+                rxs, rts = array("d", [xs[i] for i in judged]), array("d", [ts[i] for i in judged])
             for j, (key, resident) in enumerate(self._present):
-                if resident:
-                    ys = array("d", [values[i * width + j] - own[i] for i in judged])
-                    batch[key] = (rxs, ys, rts)
+                column = values[j:n * width:width]
+                if not resident:
+                    batch[key] = (xs, column, ts)
+                elif judged is None:
+                    batch[key] = (xs, array("d", map(_sub, column, own)), ts)
                 else:
-                    batch[key] = (xs, values[j:n * width:width], ts)
+                    batch[key] = (rxs, array("d", [column[i] - own[i] for i in judged]), rts)
             # A batch keeps memory only when it makes a series (its arrays): measured
             # then; the others leave what they found.
             makes = any(k not in self.tiers.series for k in batch)
