@@ -381,3 +381,34 @@ def test_capture_without_memray_names_the_users_line_that_keeps_native_memory(le
     assert v.kind == "native", (v.kind, v.note)
     assert v.culprits[0] == site, v.culprits
     assert f"held by objects the user's lines keep ({site}" in v.note, v.note
+
+
+def test_the_alarms_culprits_name_a_chain_of_frames_one_way(tmp_path):
+    """A leak made inside a library call (``json.loads`` keeps a 64 KiB string a step):
+    the capture's key spells the chain ``a.py:1--json/decoder.py:353``; the verdicts in
+    ``prober.alarm.latest`` show every chain as reports do, ``a.py:1 → json/…``, the
+    captured ones and the verdict's own alike."""
+    import json
+
+    doc = json.dumps(["x" * (64 * 1024)])
+    for _ in range(2000):
+        _cheap_step()
+    prober = memprobe.Prober(
+        probes=["process", "gc"], on_leak=lambda v: None, leak_check_every=50,
+        load_entrypoints=False, leak_options={"threshold_per_step": 16384},
+        capture_on_leak={"duration_seconds": 0.3, "holders_timeout_seconds": 60})
+    line = 0
+    with prober:
+        for step in range(6000):
+            _cheap_step()
+            if step >= 1500:
+                LEAKED.append(json.loads(doc)); line = _line()  # noqa: E702
+            prober.sample(step)
+            if prober.alarm.culprits is not None and prober.alarm.alarmed:
+                break
+    assert prober.alarm.culprits is not None, "the capture never closed"
+    site = f"tests/test_alarm_capture.py:{line}"
+    assert any(s.startswith(f"{site}--json/") for s, _, _ in prober.alarm.culprits.python_sites)
+    culprits = [c for v in prober.alarm.latest.verdicts.values() for c in v.culprits]
+    assert any(c.startswith(f"{site} → json/") for c in culprits), culprits
+    assert not [c for c in culprits if "--" in c], culprits

@@ -108,3 +108,47 @@ def test_library_types_are_told_from_the_users():
         assert keys.is_library_type(name), name
     for name in ("my_env.Note", "__main__.Record", "memprobe_test_leaky_env.StepNote"):
         assert not keys.is_library_type(name), name
+
+
+PY_FRAME = st.one_of(
+    st.builds(lambda f, n: f"{f}.py:{n}",
+              st.sampled_from(["app", "numpy/_core/numeric", "a/b"]), st.integers(1, 99_999)),
+    st.builds(lambda f, n: f"{f}:{n}", st.sampled_from(["<string>", "string", "<stdin>",
+                                                       "<ipython-input-3-ab12>"]),
+              st.integers(1, 999)))
+C_FRAME = st.sampled_from(["leaky_alloc", "PyMem_RawMalloc", "std::vector<int>::push_back",
+                           "upb_Arena_Malloc", "_ZN3foo3barEv"])
+
+
+@given(frames=st.lists(PY_FRAME, min_size=1, max_size=3), c=C_FRAME,
+       joint=st.sampled_from(["--", " → "]))
+def test_a_chain_ends_in_a_c_frame_exactly_when_memray_named_a_c_function_last(
+        frames, c, joint) -> None:
+    """One predicate for "the last frame is a C function" (the verdicts' hint that memray
+    read no C stack, the RLlib adapter's native stacks): Python frames, ``<string>`` ones
+    and their key spelling ``string:3`` among them, are never C frames."""
+    chain = joint.join(frames)
+    assert not keys.ends_in_c_frame(chain)
+    assert keys.ends_in_c_frame(f"{chain}{joint}{c}")
+    assert keys.ends_in_c_frame(c)
+    assert not keys.ends_in_c_frame("unknown") and not keys.ends_in_c_frame("")
+
+
+def test_the_rllib_adapters_native_stacks_use_the_c_frame_predicate() -> None:
+    """A native stack from code run by ``python -c`` (``string:3`` in a key) ends in a C
+    function; a site of Python frames alone, or ``native``, is no native stack."""
+    leak = pytest.importorskip("memprobe_rllib._leak")
+    assert leak._native_stacks(["string:3--leaky_alloc", "app.py:4", "native",
+                                "app.py:4--numpy/_core/numeric.py:232"]) == [
+        "string:3 → leaky_alloc"]
+
+
+def test_the_verdicts_use_the_c_frame_predicate() -> None:
+    """memray's stack from code run by ``python -c`` that ends in a C function gives no
+    hint to read C stacks (it counted as Python frames alone)."""
+    from memprobe.leak._kinds import NATIVE_TRACES_HINT, _native
+    from memprobe.leak._windows import WindowEvidence
+
+    seen = WindowEvidence("memray", 3, 2.0, 65_536.0, (("<string>:3--leaky_alloc", 65_536.0),))
+    _, culprits, note = _native("process/rss_bytes", 65_536.0, [seen], "")
+    assert culprits == ("<string>:3 → leaky_alloc",) and NATIVE_TRACES_HINT not in note

@@ -546,3 +546,22 @@ def test_the_alarms_capture_outweighs_short_windows_that_caught_a_resize() -> No
     assert kind == "native" and culprits[0] == "app.py:12", (kind, culprits, note)
     kind, _, _ = classify("process/rss_bytes", by_metric, (), (), (resize,))
     assert kind == "python"  # the windows alone
+
+
+def test_windows_that_explain_a_growth_name_the_sites_growing_slightly_when_none_leaks(
+        ) -> None:
+    """A Python leak spread over a library's lines (``re.compile``), none of them growing
+    past the floor, whose windows account for the growth but list no site of their own:
+    the sites growing slightly name it, as they do without windows."""
+    from memprobe.leak._kinds import classify
+    from memprobe.leak._windows import WindowEvidence
+
+    rss = memprobe.Verdict("memprobe/process/rss_bytes", "leak", 48000.0, 40000.0, 56000.0,
+                           3.0e9, 200, 0, unit="bytes", prefix="memprobe")
+    by_metric = {rss.metric: rss}
+    windows = (WindowEvidence("tracemalloc", 4, 1.0, 50000.0, ()),)
+    holders = ("app.py:5 → re/_compiler.py:761", "app.py:5 → re/_parser.py:449")
+    kind, culprits, note = classify("process/rss_bytes", by_metric, (), (), windows,
+                                    holders=holders)
+    assert kind == "python", (kind, culprits, note)
+    assert culprits == holders

@@ -87,9 +87,8 @@ def survivor_sites(history: Sequence[Any], prefix: str,
 def _native_stacks(names: Sequence[str]) -> list[str]:
     """The culprits among ``names`` that are a native stack of the user's code: its line
     down to a C function (``app.py:12 → leaky_alloc``), as reports show them."""
-    return [name for n in names
-            if _is_site(n) and not mkeys.is_library_site(n)
-            and ".py:" not in (name := mkeys.format_culprit(n)).rsplit(" → ", 1)[-1]]
+    return [chain for n in names if " → " in (chain := mkeys.format_culprit(n))
+            and not mkeys.is_library_site(n) and mkeys.ends_in_c_frame(n)]
 
 
 def _is_site(name: str) -> bool:

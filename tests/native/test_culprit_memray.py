@@ -91,3 +91,47 @@ def test_process_and_memray_alone_name_the_c_function(leaklib, tmp_path: Path) -
     assert rss["kind"] == "native", rss
     assert rss["culprits"][0].endswith(" → leaky_alloc"), rss
     assert "→ leaky_alloc" in out and "rerun with --probes" not in out, out
+
+
+CLI_PROGRAM = """
+import ctypes, sys, time
+lib = ctypes.CDLL(sys.argv[1])
+lib.leaky_alloc.restype = ctypes.c_void_p
+lib.leaky_alloc.argtypes = [ctypes.c_size_t]
+kept = []
+for i in range(800):  # samples enough for a verdict while memray's C stacks are read
+    kept.append(lib.leaky_alloc(32 * 1024))
+    time.sleep(0.01)
+"""
+
+
+def _memprobe_run(leaklib, tmp_path: Path, *options: str) -> dict:
+    """``memprobe run`` on a native leak with the memray probe, then ``memprobe report
+    --json``: the rss verdict."""
+    import json
+
+    (tmp_path / "prog.py").write_text(CLI_PROGRAM)
+    run = subprocess.run([sys.executable, "-m", "memprobe", "run", "--probes",
+                          "process,gc,memray", *options, "--interval", "0.01", "-o", "n.jsonl",
+                          "prog.py", leaklib._name], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    report = subprocess.run([sys.executable, "-m", "memprobe", "report", "--json", "n.jsonl"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    (process,) = json.loads(report.stdout)["processes"]
+    return next(m for m in process["metrics"] if m["metric"] == "process/rss_bytes")
+
+
+def test_memprobe_run_names_its_own_flag_for_the_c_stack(leaklib, tmp_path: Path) -> None:
+    """In a report on memprobe run's samples, the way to memray's C stacks is the command
+    line's ``--probe-option``, not a Prober's ``probes={...}``; given, it names the C
+    function."""
+    rss = _memprobe_run(leaklib, tmp_path)
+    assert rss["kind"] == "native", rss
+    assert "memprobe run's --probe-option memray.native_traces=true names the C function" \
+        in rss["note"], rss
+    assert "probes={" not in rss["note"], rss
+    rss = _memprobe_run(leaklib, tmp_path, "--probe-option", "memray.native_traces=true")
+    assert rss["kind"] == "native" and rss["culprits"], rss
+    assert rss["culprits"][0].endswith(" → leaky_alloc"), rss
+    assert "--probe-option" not in rss["note"], rss

@@ -57,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--probes", default="process,gc",
                    help="comma-separated probe names (default: process,gc); "
                    "see `memprobe probes`")
+    r.add_argument("--probe-option", action="append", metavar="PROBE.OPTION=VALUE",
+                   help="an option of a probe in --probes, as Prober(probes={PROBE: "
+                   "{OPTION: VALUE}}) takes it; VALUE is read as JSON, else as a string "
+                   "(memray.native_traces=true, tracemalloc.nframe=16); repeatable")
     r.add_argument("--interval", type=float, default=0.1, metavar="SECONDS",
                    help="seconds between samples, 0.001 to 86400 (default: 0.1)")
     r.add_argument("--budget", type=float, default=DEFAULT_RUN_BUDGET, metavar="FRACTION",

@@ -28,6 +28,7 @@ from .._keptfd import identity, same_file
 from .._sample import Sample
 from ..engine._sinks import JsonlSink
 from ._outputs import check_outputs, claim, commit, discard, path_identity, temp_beside
+from ._probe_options import FLAG, parse_probe_options, refused_by_probe
 
 PROG = "memprobe"
 #: The shortest ``--interval``: 1000 samples per second at most.
@@ -202,7 +203,7 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
     Everything after the script or ``-m module`` belongs to the program, as
     with ``python``: ``memprobe run -m json.tool --sort-keys in.json``.
     """
-    with_value = {"--probes", "--interval", "--budget", "-o", "--output"}
+    with_value = {"--probes", FLAG, "--interval", "--budget", "-o", "--output"}
     own: list[str] = []
     i = 0
     while i < len(argv):
@@ -316,6 +317,7 @@ def _save_samples(tmp: str, held: int, ident: tuple[int, int], out: str) -> tupl
 
 def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
     """Run the program; returns its exit status (memprobe's own errors raise)."""
+    from .._plugins import collect_probes, get_plugin_manager
     from ..engine._prober import Prober
 
     _interval(opts.interval)
@@ -338,7 +340,14 @@ def cmd_run(opts: Any, module: str | None, prog_args: list[str]) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:  # plugin faults, as our lines
             warnings.simplefilter("always")
-            prober = Prober(probes=names, sink=own, history=16)
+            pm = get_plugin_manager()
+            factories = {n: info.factory for n, info in collect_probes(pm).items()}
+            options = parse_probe_options(opts.probe_option or (), names, factories)
+            try:
+                prober = Prober(probes={n: options.get(n, {}) for n in names}, sink=own,
+                                history=16, plugin_manager=pm)
+            except ConfigError as exc:
+                raise refused_by_probe(exc, options) from None
     finally:  # printed also when --probes is refused
         for w in caught:
             say(sys.stderr, f"{PROG}: warning: {safe(w.message, 1000)}")

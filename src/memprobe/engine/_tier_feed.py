@@ -6,6 +6,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable
 from operator import itemgetter
+from operator import sub as _sub
 
 from .._sample import Number
 from ..keys import key_of, make_key
@@ -63,7 +64,11 @@ class TierFeed:
     _memray_own: float
     _tracking: bool
     _seen: int
-    _rows: list[tuple[float, float, float, bool, tuple[Number, ...]]]
+    _xs: array[float]
+    _ts: array[float]
+    _own: array[float]
+    _inside: bytearray
+    _values: array[float]
     _pending: int
     _present: tuple[tuple[str, bool], ...]
     _absent: frozenset[str]
@@ -112,9 +117,16 @@ class TierFeed:
         except KeyError:  # as many keys, others: a new layout
             self._layout(values)
             row = self._get(values)
-        self._rows.append((x, now, self._traced_own + self._checks_own + self._memray_own,
-                           inside, row))
-        self._pending += 1
+        # Into columns allocated once, not objects kept per sample: what a batch waits in
+        # must not grow with the samples (a leak check's calls are fewer than a batch).
+        i = self._pending
+        self._xs[i] = x
+        self._ts[i] = now
+        self._own[i] = self._traced_own + self._checks_own + self._memray_own
+        self._inside[i] = inside
+        width = len(row)
+        self._values[i * width:(i + 1) * width] = array("d", row)
+        self._pending = i + 1
         if self._pending >= self.every:
             self.absorb()
 
@@ -127,26 +139,29 @@ class TierFeed:
             self._present = present
             keys = [k for k, _ in present]
             self._get = _row_getter(keys)
+            self._values = array("d", [0.0]) * (self.every * len(keys))
         self._width = len(values)
 
     def absorb(self) -> Tiers:
         """Feed the samples since the last batch; returns the tiers."""
         if self._pending:
-            rows, self._rows = self._rows, []
-            self.tiers.skip(self._pending)
-            self._pending = 0
-            xs = array("d", [r[0] for r in rows])
-            ts = array("d", [r[1] for r in rows])
+            n, self._pending = self._pending, 0
+            self.tiers.skip(n)
+            xs, ts, width, values = self._xs[:n], self._ts[:n], len(self._present), self._values
             batch = {}
-            judged = [r for r in rows if not r[3]]  # the resident sizes read outside
-            rxs = array("d", [r[0] for r in judged])
-            rts = array("d", [r[1] for r in judged])
+            inside = self._inside[:n]
+            judged = [i for i in range(n) if not inside[i]] if any(inside) else None
+            own = self._own[:n]
+            if judged is not None:  # the resident sizes read outside a memray window
+                rxs, rts = array("d", [xs[i] for i in judged]), array("d", [ts[i] for i in judged])
             for j, (key, resident) in enumerate(self._present):
-                if resident:
-                    ys = array("d", [r[4][j] - r[2] for r in judged])
-                    batch[key] = (rxs, ys, rts)
+                column = values[j:n * width:width]
+                if not resident:
+                    batch[key] = (xs, column, ts)
+                elif judged is None:
+                    batch[key] = (xs, array("d", map(_sub, column, own)), ts)
                 else:
-                    batch[key] = (xs, array("d", [r[4][j] for r in rows]), ts)
+                    batch[key] = (rxs, array("d", [column[i] - own[i] for i in judged]), rts)
             # A batch keeps memory only when it makes a series (its arrays): measured
             # then; the others leave what they found.
             makes = any(k not in self.tiers.series for k in batch)
@@ -172,7 +187,10 @@ class TierFeed:
         self._memray_own = 0.0
         self._tracking = False
         self._seen = 0  # samples taken: the x of a sample without a step
-        self._rows = []
+        nan = array("d", [float("nan")])
+        self._xs, self._ts, self._own = nan * self.every, nan * self.every, nan * self.every
+        self._inside = bytearray(self.every)  # 1: read while a memray window was open
+        self._values = array("d")  # the judged keys' values, a row of them per sample
         self._pending = 0  # samples taken since the last batch
         self._present = ()  # the judged keys of the rows
         self._absent = frozenset()  # the judged keys they lack

@@ -76,10 +76,11 @@ def check_capture_option(value: Any) -> dict[str, Any] | None:
 
 def captured_names(culprits: Culprits, n: int = 5) -> tuple[str, ...]:
     """The culprits a verdict shows: Python lines (the user's first), then native sites,
-    then types."""
+    then types; a chain of frames as reports show it (``app.py:12 → numpy/…:232``, as the
+    verdicts' own culprits), not as the capture's keys spell it (``app.py:12--numpy/…``)."""
     sites = sorted((s for s, _, _ in culprits.python_sites), key=is_library_site)
-    names = sites[:3]
-    names += [s.site for s in culprits.native_sites[:2]]
+    names = [format_culprit(s) for s in sites[:3]]
+    names += [format_culprit(s.site) for s in culprits.native_sites[:2]]
     names += [t for t, _ in culprits.types[:2]]
     return tuple(dict.fromkeys(names))[:n]
 

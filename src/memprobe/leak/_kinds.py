@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from .._registry import builtin_declarations, growth_kinds, judged_metrics
-from ..keys import format_culprit, is_library_site, is_library_type, split_short
+from ..keys import ends_in_c_frame, format_culprit, is_library_site, is_library_type, split_short
 from ._windows import WindowEvidence
 
 __all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
@@ -116,9 +116,19 @@ def _grows(v: _Judged | None, than: float = 0.0) -> bool:
     return v is not None and v.status in ("leak", "slight") and v.slope_per_step >= than
 
 
+#: Why a growth of malloc's bytes in use is said native when tracemalloc did not run: what
+#: it rests on, and how to tell it from Python's.
+UNTOLD = ("not told from Python's: malloc's bytes in use grow, and so do they for Python's "
+          "objects over 512 bytes (numpy arrays, long strings); the tracemalloc probe, "
+          "which did not run, tells them apart")
+
 #: Said of memray's sites read without their C stacks.
 NATIVE_TRACES_HINT = ("the memray probe's native_traces=True (probes={'memray': "
                       "{'native_traces': True}}) names the C function")
+#: Said of a native leak where the memray probe did not run: the alarm's capture reads the
+#: C stack.
+CAPTURE_NATIVE_HINT = ("capture_on_leak={'native': True, 'native_traces': True} names the "
+                       "C function")
 
 
 def native_hint(windows: Sequence[WindowEvidence] = ()) -> str:
@@ -129,10 +139,9 @@ def native_hint(windows: Sequence[WindowEvidence] = ()) -> str:
         installed = importlib.util.find_spec("memray") is not None
     except (ImportError, ValueError):
         installed = False
-    option = "capture_on_leak={'native': True, 'native_traces': True} names the C function"
     if installed:
-        return option
-    return 'pip install "memprobe[native]"; then ' + option
+        return CAPTURE_NATIVE_HINT
+    return 'pip install "memprobe[native]"; then ' + CAPTURE_NATIVE_HINT
 
 
 def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
@@ -143,7 +152,7 @@ def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],
     if native is not None:
         named = tuple(format_culprit(s) for s, _ in native.sites[:5])
         note = f"{note}; {native.describe(rate)}"
-        if all(".py:" in n.rsplit(" → ", 1)[-1] or n.startswith("<") for n in named):
+        if not any(ends_in_c_frame(n) for n in named):
             note += f"; {NATIVE_TRACES_HINT}"  # Python frames alone: memray read no C stack
         return "native", named, note
     hint = native_hint(windows)
@@ -273,11 +282,12 @@ def classify(
         by_metric.get(BLOCKS))
     if own == "native" and _grows(py, 0.5 * rate):
         return _python(py_sites, types)  # malloc's bytes in use, Python's allocations among them
+    untold = UNTOLD if py is None and traced is None else ""  # no view of Python's bytes
     if own == "native":  # malloc's bytes in use: held by objects the user's lines make?
         held = _held(metric, rate, windows, holders, types, traced) \
             if objects_grow and not _grows(py, 0.1 * rate) and (
                 py is not None or traced is not None) else None
-        return held or _native(metric, rate, windows, "")
+        return held or _native(metric, rate, windows, untold)
     in_use = by_metric.get("malloc/in_use_bytes")
     # A process that serves a leak from heap it freed before grows its resident size by
     # less than the leak; malloc's bytes in use grow by all of it. Python's share is
@@ -295,7 +305,7 @@ def classify(
     for seen in dict.fromkeys(captured or traced_views):
         if seen.explains(rate, blocks_per_step=blocks):
             kind, culprits, _ = _python(
-                (*(format_culprit(s) for s, _ in seen.sites), *sites), types)
+                (*(format_culprit(s) for s, _ in seen.sites), *py_sites), types)
             return kind, culprits, f"{KINDS[kind].split(':')[0]}; {seen.describe(rate)}"
     if any(_grows(by_metric.get(m), 0.5 * rate) for m in _FILE_BACKED):
         return "mmap", (), KINDS["mmap"]
@@ -303,7 +313,7 @@ def classify(
         if _grows(in_use, 0.1 * rate):
             held = _held(metric, rate, windows, holders, types, traced) \
                 if objects_grow and (py is not None or traced is not None) else None
-            return held or _native(metric, rate, windows, "malloc's in-use bytes grow")
+            return held or _native(metric, rate, windows, untold or "malloc's in-use bytes grow")
         if _grows(by_metric.get("malloc/free_bytes")):
             return "fragmentation", (), KINDS["fragmentation"]
     rss = by_metric.get("process/rss_bytes")

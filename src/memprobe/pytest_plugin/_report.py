@@ -15,11 +15,12 @@ from typing import Any
 
 from .._errors import MemprobeError
 from .._format import fmt_value
-from ..leak._kinds import FILTERED, KINDS
+from ..leak._kinds import KINDS
+from ..leaks import CHECKED_METRICS
 from ._options import Judged, Settings
 
 #: The metrics a leak check judges unless the marker names others (assert_no_leak's default).
-DEFAULT_METRICS = (FILTERED, "process/rss_bytes")
+DEFAULT_METRICS = CHECKED_METRICS
 #: Extra calls of a failing test's body inside a memray window (``--memprobe-native``).
 NATIVE_CALLS = 5
 

@@ -15,13 +15,14 @@ import json
 import math
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import keys
 from .._errors import MemprobeWarning
 from .._registry import describe_key
 from .._sample import Sample
+from ..leak._kinds import CAPTURE_NATIVE_HINT, NATIVE_TRACES_HINT
 from ..leak._verdicts import (
     DEFAULT_METRICS,
     STATUS_WORDS,
@@ -38,6 +39,11 @@ from ._phase_growth import PhaseGrowth
 MIN_SAMPLES = inspect.signature(analyze).parameters["min_points"].default
 #: The probes that name a leak's source line or type.
 NAMING_PROBES = ("tracemalloc", "objects", "memray")
+#: A native verdict's way to the C stack in a run of ``memprobe run``: its flags.
+RUN_NATIVE_HINTS = {NATIVE_TRACES_HINT: "memprobe run's --probe-option memray.native_traces="
+                    "true names the C function", CAPTURE_NATIVE_HINT: "memray in memprobe "
+                    "run's --probes, with --probe-option memray.native_traces=true, names the "
+                    "C function"}
 
 
 @dataclass
@@ -367,6 +373,9 @@ def summarize(run: ProcessRun) -> RunSummary:
             j = _detection_point(xs, ys, ts, key)
             if j is not None:
                 ms.detected_at = (ts[j], ys[j])
+        if "command" in run.tags and ms.verdict is not None:  # memprobe run's own flags
+            for prober_form, flags in RUN_NATIVE_HINTS.items():
+                ms.verdict = replace(ms.verdict, note=ms.verdict.note.replace(prober_form, flags))
         out.append(ms)
     notes = list(dict.fromkeys(m.verdict.note for m in out if m.leak and m.verdict.note))
     title, suspects = _suspects(run, report)
