@@ -40,7 +40,7 @@ from ..keys import (
     short_key,
 )
 from ..trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
-from . import _kinds, _windows
+from . import _garbage, _kinds, _windows
 from ._scales import floor_level, judge_scales
 from ._series import FORECAST, judged_keys, sample_series, site_probe
 from ._tiers import Tiers
@@ -290,6 +290,8 @@ def analyze_samples(
     min_rate_fraction_per_hour: float = 0.002,
     step: str = "sample",
     tiers: Tiers | None = None,
+    confirm_counts: bool = True,
+    collections: Sequence[_garbage.FullCollection] | None = None,
     **options: Any,
 ) -> Report:
     """Verdicts for every metric worth judging in ``samples`` (e.g. ``prober.history``).
@@ -320,6 +322,12 @@ def analyze_samples(
         live alarm whose ``samples`` are the latest only; default: made from ``samples``.
         Each is judged at every scale (the latest points, coarser tiers, the whole run);
         its verdict is the one that tells most (a leak at any scale), with its scale.
+    :param confirm_counts: a growth of ``gc/allocated_blocks`` is a leak only when the
+        full collections recorded tell it from cyclic garbage awaiting one (else
+        ``slight`` or ``ok``, with a note saying why: :mod:`memprobe.leak._garbage`).
+        The live alarm, which collects once before it alarms, judges with False.
+    :param collections: the full collections over the run (a report's, which judges the
+        latest samples only); default: those in ``samples``.
     :param options: passed to :func:`analyze` (warmup, min_points, confidence...).
     """
     for name in options:
@@ -419,10 +427,19 @@ def analyze_samples(
                        verdicts.get(make_key(prefix, "process", "rss_bytes")))
     if forecast and forecast[1][-1] >= 0 and rss_v and rss_v.status in ("leak", "slight"):
         verdicts[rss_v.key] = dataclasses.replace(rss_v, hours_to_oom=forecast[1][-1])
+    blocks_key = key_of(prefix, _kinds.BLOCKS)
+    if confirm_counts and blocks_key in verdicts:  # before the kinds, which read it
+        xs, _, ys = tiered[blocks_key].raw.points()
+        if collections is None:
+            collections = _garbage.full_collections(samples, prefix)
+        verdicts[blocks_key] = _garbage.weigh(verdicts[blocks_key], collections, xs[-1],
+                                              count_floor(ys, min_growth_fraction))
     by_metric = {v.metric: v for v in verdicts.values()}
     for k, v in list(verdicts.items()):
         if v.leaking:
             kind, culprits, note = _kinds.classify(v.metric, by_metric, site_names, type_names,
                                                    windows, holders)
-            verdicts[k] = dataclasses.replace(v, kind=kind, culprits=culprits, note=note)
+            verdicts[k] = dataclasses.replace(
+                v, kind=kind, culprits=culprits,
+                note=f"{note}; {v.note}" if v.note and note else note or v.note)
     return Report(verdicts, sites_r, types_r, prefix)

@@ -22,6 +22,7 @@ from .. import keys
 from .._errors import MemprobeWarning
 from .._registry import describe_key
 from .._sample import Sample
+from ..leak._garbage import weighed
 from ..leak._verdicts import (
     DEFAULT_METRICS,
     STATUS_WORDS,
@@ -368,7 +369,10 @@ def summarize(run: ProcessRun) -> RunSummary:
             if j is not None:
                 ms.detected_at = (ts[j], ys[j])
         out.append(ms)
-    notes = list(dict.fromkeys(m.verdict.note for m in out if m.leak and m.verdict.note))
+    # With the notes of the leaks, why a growth of live blocks is none (garbage, or
+    # nothing to tell it from garbage).
+    notes = list(dict.fromkeys(m.verdict.note for m in out if m.verdict is not None and (
+        m.leak and m.verdict.note or weighed(m.verdict))))
     title, suspects = _suspects(run, report)
     # The last sample and its probes (not the alarm's capture line, which has none).
     capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
