@@ -15,7 +15,6 @@ from .._errors import ConfigError, LeakWarning, show
 from .._sample import Number
 from ..keys import make_key, short_key, split_short
 from ._alarm_capture import AlarmCapture, captured_kind, captured_names, check_capture_option
-from ._garbage import GARBAGE_SHARE
 from ._kinds import BLOCKS, DEFAULT_METRICS, OBJECT_COUNTS
 from ._oom import hours_to_oom, oom_headroom
 from ._series import judged_keys
@@ -46,6 +45,12 @@ OnLeak = Union[Callable[["Verdict"], Any], Literal["warn"]]
 PERSISTENCE = 1.5
 PERSISTENCE_SAMPLES = 128
 
+#: Share of a count of live objects' growth that one full collection must free for the
+#: growth to be garbage awaiting collection, not a leak. Cyclic garbage waits for the
+#: oldest generation's collection, which a large heap runs rarely (CPython collects it
+#: once the objects moved there since reach a quarter of those it holds): a healthy
+#: RLlib EnvRunner's blocks grew by 0.5% over 1,800 samples with no full collection.
+GARBAGE_SHARE = 0.5
 
 
 def check_memory_bytes() -> int:

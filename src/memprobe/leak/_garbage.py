@@ -10,13 +10,14 @@ It reads the full collections the gc probe recorded instead (``gc/full/*``: how 
 and the blocks right after the latest; in files written before these keys, the oldest
 generation's ``collections_count`` and the blocks of the sample after it):
 
-- the latest full collection in the span judged, after enough growth since the one
-  before it (the count's floor): it freed :data:`GARBAGE_SHARE` of that growth or more:
-  garbage (``ok``); less: kept objects (the leak stands);
-- else two full collections in the span, far enough apart: the blocks right after the
-  later one, less those right after the earlier, are garbage-free growth; at least
-  :data:`GARBAGE_SHARE` of the growth judged between them: the leak stands; less: garbage;
+- the blocks right after the latest full collection in the span judged, less those at
+  a point before it (right after the earliest full collection in the span, else the
+  one before, else the first sample), were kept: the count's floor or more, a leak;
+- else, when the blocks had grown by the floor or more before it, it freed the growth:
+  cyclic garbage (``ok``);
 - else nothing tells: ``slight``, with a note saying so, never a leak.
+
+A growth of kept objects then stands whatever garbage grows beside it.
 """
 
 from __future__ import annotations
@@ -25,13 +26,22 @@ import dataclasses
 import gc
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..keys import key_of
 
 if TYPE_CHECKING:
     from .._sample import Number, Sample
-    from ._verdict import Verdict
+
+
+class _Judged(Protocol):  # what weigh() reads of a Verdict
+    status: Any
+    slope_per_step: float
+    span_points: int
+    note: str
+
+
+V = TypeVar("V", bound=_Judged)
 
 #: The gc probe's count of full collections and the blocks right after the latest.
 FULL_COUNT = "gc/full/collections_count"
@@ -41,12 +51,6 @@ OLDEST_COUNT = f"gc/gen{len(gc.get_stats()) - 1}/collections_count"
 BLOCKS = "gc/allocated_blocks"
 #: The keys the evidence is read from.
 KEYS = (FULL_COUNT, FULL_BLOCKS, OLDEST_COUNT)
-#: Share of a count of live objects' growth that one full collection must free for the
-#: growth to be garbage awaiting collection, not a leak: the live alarm's rule
-#: (:meth:`memprobe.leak._alarm.LeakAlarm._garbage`) and the report's. Cyclic garbage
-#: waits for the oldest generation's collection, which a large heap runs rarely: a
-#: healthy RLlib EnvRunner's blocks grew by 0.5% over 1,800 samples with none.
-GARBAGE_SHARE = 0.5
 #: Full collections remembered (the latest).
 KEEP = 64
 #: How the note of a growth of live blocks that is not a leak begins (a report shows it).
@@ -58,16 +62,20 @@ class FullCollection:
     """A full collection seen in the samples.
 
     :ivar step: the step of the first sample after it.
-    :ivar since: the step of the full collection before it, or of the first sample
+    :ivar before: the blocks of the sample before it.
+    :ivar after: the blocks right after it (garbage-free).
+    :ivar since: the step of the full collection before it, else of the first sample
         that counted them.
-    :ivar freed: blocks it freed (those of the sample before, less those right after).
-    :ivar after: blocks right after it.
+    :ivar base: the blocks right after the one before it, else those of that first
+        sample (garbage-free, or more than the live blocks then: a lower bound of what
+        was kept since).
     """
 
     step: float
-    since: float
-    freed: float
+    before: float
     after: float
+    since: float
+    base: float
 
 
 class FullCollections:
@@ -77,7 +85,7 @@ class FullCollections:
         self._keys = [key_of(prefix, k) for k in (FULL_COUNT, FULL_BLOCKS, OLDEST_COUNT, BLOCKS)]
         self.events: deque[FullCollection] = deque(maxlen=KEEP)
         self._count: Number | None = None
-        self._since = 0.0
+        self._since = self._base = 0.0
         self._blocks: Number | None = None
 
     def add(self, step: float, values: Mapping[str, Number]) -> None:
@@ -85,15 +93,15 @@ class FullCollections:
         blocks = values.get(blocks_key)
         exact = count_key in values
         count = values.get(count_key if exact else oldest_key)
-        if count is not None:
+        if count is not None and blocks is not None:
             if self._count is None:
-                self._since = step
+                self._since, self._base = step, float(blocks)
             elif count != self._count:
-                after = values.get(after_key) if exact else blocks
-                if after is not None and self._blocks is not None:
-                    self.events.append(FullCollection(step, self._since,
-                                                      float(self._blocks) - after, float(after)))
-                self._since = step
+                after = float(values.get(after_key, blocks) if exact else blocks)
+                if self._blocks is not None:
+                    self.events.append(FullCollection(step, float(self._blocks), after,
+                                                      self._since, self._base))
+                self._since, self._base = step, after
             self._count = count
         if blocks is not None:
             self._blocks = blocks
@@ -107,42 +115,40 @@ def full_collections(samples: Iterable[Sample], prefix: str) -> Sequence[FullCol
     return tuple(found.events)
 
 
-def weighed(v: Verdict) -> bool:
+def weighed(v: _Judged) -> bool:
     """Whether ``v`` is a growth of live blocks that :func:`weigh` judged no leak."""
     return v.note.startswith((UNCONFIRMED, GARBAGE))
 
 
-def weigh(v: Verdict, events: Sequence[FullCollection], end: float, floor: float) -> Verdict:
+def weigh(v: V, events: Sequence[FullCollection], end: float, floor: float) -> V:
     """The verdict ``v`` on ``gc/allocated_blocks`` (a leak over its last ``span_points``
-    steps, up to step ``end``) weighed against the full ``events``: kept with a note
-    saying what confirms it, or ``ok`` (garbage) or ``slight`` (nothing tells) with a
-    note saying why. ``floor``: the least growth worth judging (the count's floor)."""
-    if not v.leaking:
+    steps, up to step ``end``) weighed against the full collections ``events``: kept
+    with a note saying what confirms it, or ``ok`` (garbage) or ``slight`` (nothing
+    tells) with a note saying why. ``floor``: the least growth of a leak (the count's).
+
+    The latest full collection in the span tells: the blocks right after it, less
+    those at a point before it (the earliest full collection in the span, else the one
+    before it, else the first sample), were kept; at least ``floor`` of them: a leak.
+    Else, when the blocks before it had grown by ``floor`` or more, the collection freed
+    the growth: garbage. Else nothing tells."""
+    if v.status != "leak":
         return v
     start = end - max(v.span_points, 1) + 1
-    rate = v.slope_per_step
     inside = [e for e in events if start <= e.step <= end]
-    late = next((e for e in reversed(inside) if rate * (e.step - e.since) >= floor), None)
-    if late is not None:
-        steps = late.step - late.since
-        grown = rate * steps
-        said = (f"the full collection at step {late.step:,.0f} freed {late.freed:,.0f} "
-                f"blocks of the {grown:,.0f} grown over the {steps:,.0f} steps before it")
-        garbage = late.freed >= GARBAGE_SHARE * grown
-    elif len(inside) >= 2 and rate * (inside[-1].step - inside[0].step) >= floor:
-        first, last = inside[0], inside[-1]
-        grown = rate * (last.step - first.step)
-        said = (f"{last.after - first.after:+,.0f} blocks right after the full collections "
-                f"at steps {first.step:,.0f} and {last.step:,.0f}, against {grown:,.0f} grown")
-        garbage = last.after - first.after < GARBAGE_SHARE * grown
-    else:
-        return dataclasses.replace(
-            v, status="slight", kind=None, culprits=(),
-            note=(f"{UNCONFIRMED}no full collection in the {v.span_points:,} steps judged, "
-                  "and cyclic garbage awaiting one grows the live blocks as a leak does "
-                  "(the gc probe's collect=True tells them apart)"))
-    if garbage:
-        return dataclasses.replace(v, status="ok", kind=None, culprits=(),
-                                   note=GARBAGE + said)
-    return dataclasses.replace(v, note=f"{v.note}; objects kept: {said}" if v.note
-                               else f"objects kept: {said}")
+    if inside:
+        last, first = inside[-1], inside[0]
+        since, base = (first.step, first.after) if first is not last else (last.since, last.base)
+        kept, grown = last.after - base, last.before - base
+        said = (f"{kept:+,.0f} blocks from step {since:,.0f} to the full collection at step "
+                f"{last.step:,.0f}, which freed {last.before - last.after:,.0f}")
+        if kept >= floor:
+            return dataclasses.replace(v, note=f"{v.note}; objects kept: {said}" if v.note
+                                       else f"objects kept: {said}")
+        if grown >= floor:
+            return dataclasses.replace(v, status="ok", kind=None, culprits=(),
+                                       note=GARBAGE + said)
+    return dataclasses.replace(
+        v, status="slight", kind=None, culprits=(),
+        note=(f"{UNCONFIRMED}no full collection in the {v.span_points:,} steps judged "
+              "tells it from cyclic garbage awaiting one, which grows the live blocks as a "
+              "leak does (the gc probe's collect=True tells them apart)"))

@@ -353,7 +353,8 @@ def summarize(run: ProcessRun) -> RunSummary:
     digest = run.digest
     # The whole-process metrics judged at every scale from the tiers, the sites and types
     # on the latest samples: as the live alarm judges a Prober's history.
-    report = analyze_samples(digest.judged_samples(), prefix=run.prefix, tiers=digest.tiers)
+    report = analyze_samples(digest.judged_samples(), prefix=run.prefix, tiers=digest.tiers,
+                             collections=tuple(digest.full_collections.events))
     head = keys.prefix_path(run.prefix)
     out: list[MetricSummary] = []
     for short in DEFAULT_METRICS:
