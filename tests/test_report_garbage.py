@@ -72,10 +72,10 @@ def test_garbage_with_no_full_collection_is_not_judged_a_leak(tmp_path: Path) ->
 
 
 def test_a_full_collection_that_frees_the_growth_tells_garbage(tmp_path: Path) -> None:
-    v = _blocks_verdict(tmp_path, lambda: _old_garbage(40), collect_at=150)
+    v = _blocks_verdict(tmp_path, lambda: _old_garbage(40), collect_at=60)
     assert not v["leak"] and v["status"] == "ok", v
     assert v["note"].startswith("cyclic garbage: "), v
-    assert "to the full collection at step 150, which freed" in v["note"], v
+    assert "to the full collection at step 60, which freed" in v["note"], v
 
 
 def test_objects_kept_are_a_leak_once_a_full_collection_confirms_them(tmp_path: Path) -> None:
@@ -83,10 +83,10 @@ def test_objects_kept_are_a_leak_once_a_full_collection_confirms_them(tmp_path: 
         _old_garbage(40)
         KEPT.extend([{"n": i}] for i in range(20))
 
-    v = _blocks_verdict(tmp_path, keep, collect_at=150)
+    v = _blocks_verdict(tmp_path, keep, collect_at=60)
     assert v["leak"] and v["kind"] == "objects", v
     assert "objects kept: " in v["note"], v
-    assert "to the full collection at step 150, which freed" in v["note"], v
+    assert "to the full collection at step 60, which freed" in v["note"], v
 
 
 def test_the_gc_probe_records_each_full_collection_and_the_blocks_after_it() -> None:

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..keys import key_of
+from ._kinds import BLOCKS
 
 if TYPE_CHECKING:
     from .._sample import Number, Sample
@@ -48,7 +49,6 @@ FULL_COUNT = "gc/full/collections_count"
 FULL_BLOCKS = "gc/full/blocks_after"
 #: In files written before those keys: the oldest generation's collections.
 OLDEST_COUNT = f"gc/gen{len(gc.get_stats()) - 1}/collections_count"
-BLOCKS = "gc/allocated_blocks"
 #: The keys the evidence is read from.
 KEYS = (FULL_COUNT, FULL_BLOCKS, OLDEST_COUNT)
 #: Full collections remembered (the latest).
