@@ -373,7 +373,7 @@ def summarize(run: ProcessRun) -> RunSummary:
     # With the notes of the leaks, why a growth of live blocks is none (garbage, or
     # nothing to tell it from garbage).
     notes = list(dict.fromkeys(m.verdict.note for m in out if m.verdict is not None and (
-        m.leak and m.verdict.note or weighed(m.verdict))))
+        (m.leak and m.verdict.note) or weighed(m.verdict))))
     title, suspects = _suspects(run, report)
     # The last sample and its probes (not the alarm's capture line, which has none).
     capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
