@@ -22,7 +22,7 @@ def update(i):
 """
 
 RUNNER = """
-import json, sys
+import gc, json, sys
 import memprobe
 import userlearner
 probes = {"process": {}, "gc": {"blocks": True},
@@ -32,6 +32,8 @@ with memprobe.Prober(probes, load_entrypoints=False,
     for i in range(80):
         userlearner.update(i)
         prober.sample(step=i)
+    gc.collect()  # a full collection: what tells the blocks kept from cyclic garbage
+    prober.sample(step=80)
     v = prober.report().get("gc/allocated_blocks")
 print(json.dumps({"status": v.status, "kind": v.kind, "culprits": list(v.culprits),
                   "note": v.note}))

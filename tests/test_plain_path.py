@@ -133,7 +133,8 @@ def test_options_give_their_keys_in_name_order(process, gc_options) -> None:
     assert values["memprobe/process/num_threads"] >= 1
     if gc_options:  # an option's extra metric: every key in name order
         assert gcs == sorted(gcs)
-        assert len(gcs) == len(GC) + 1
+        # blocks=True: the blocks, and the full collections' count and blocks after
+        assert len(gcs) == len(GC) + (3 if gc_options.get("blocks") else 1)
     else:
         assert gcs == [f"memprobe/gc/{m}" for m in GC]
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from .._sample import Sample
 from ..keys import key_of, make_key, short_key, split_short, split_site_key
-from . import _kinds, _windows
+from . import _garbage, _kinds, _windows
 
 #: The forecast a live leak check records in the next sample (:meth:`LeakAlarm.check_values`).
 FORECAST = "leak/hours_to_oom"
@@ -23,8 +23,9 @@ MEMRAY_ACTIVE = "memray/window_active"
 def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
                 sites: bool = True, own: bool = True) -> Callable[[str], bool]:
     """Which keys :func:`analyze_samples` reads: the metrics it judges, the site and
-    type keys (with ``sites``), what it subtracts as memprobe's own memory, and the
-    alarm's capture line (the evidence for the kind where the cheap probes alone ran).
+    type keys (with ``sites``), what it subtracts as memprobe's own memory, the
+    alarm's capture line (the evidence for the kind where the cheap probes alone ran),
+    and the full collections (the evidence on a count of live blocks: :mod:`._garbage`).
 
     A Prober judging its history reads only these (:meth:`History.select`): the
     rest (growth, gc details, peaks) would make each check's temporary memory
@@ -33,7 +34,7 @@ def judged_keys(prefix: str, metrics: Sequence[str] | None = None,
     """
     wanted = set(metrics if metrics is not None else _kinds.DEFAULT_METRICS)
     wanted.update(("process/rss_bytes", _kinds.TRACED, _kinds.FILTERED, FORECAST,
-                   *_windows.WINDOW_KEYS))
+                   *_windows.WINDOW_KEYS, *_garbage.KEYS))
     if own:
         wanted.update(("tracemalloc/overhead_bytes", "overhead/check_retained_bytes",
                        MEMRAY_OWN))

@@ -55,6 +55,12 @@ class GcProbe:
         "allocated_blocks": Metric(
             "memory blocks Python's small-object allocator has in use: about one per live "
             "small object (blocks=True)", "count", judged=True, growth="objects"),
+        "full/collections_count": Metric(
+            "collections of the oldest generation since the probe started (blocks=True)",
+            "count", "counter"),
+        "full/blocks_after": Metric(
+            "allocated_blocks right after the latest collection of the oldest generation, "
+            "when cyclic garbage is freed (blocks=True; 0 before the first)", "count"),
     }
 
     def __init__(self, *, collect: bool = False, blocks: bool = False) -> None:
@@ -74,6 +80,12 @@ class GcProbe:
         self._spent = 0.0
         self._spent_reported = 0.0
         self._collections = 0  # collections that ended since start(), seen by the callback
+        # Full collections (of the oldest generation) seen by the callback, and the blocks
+        # in use right after the latest: the evidence that tells cyclic garbage awaiting
+        # such a collection from objects kept (memprobe.leak._garbage).
+        self._full = 0
+        self._full_blocks = 0
+        self._oldest = len(gc.get_stats()) - 1
         # gc.get_stats() as of its last read (three numbers per generation), and the
         # collections count and the clock at that read.
         self._stats: tuple[int, ...] = ()
@@ -83,7 +95,7 @@ class GcProbe:
         self._callback: Callable[[str, dict[str, Any]], None] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
-    def _on_gc(self, phase: str) -> None:
+    def _on_gc(self, phase: str, generation: int) -> None:
         if phase == "start":
             self._t0 = _perf_counter()
         else:
@@ -91,6 +103,9 @@ class GcProbe:
             if self._t0:
                 self._spent += _perf_counter() - self._t0
                 self._t0 = 0.0
+            if self.blocks and generation >= self._oldest:
+                self._full += 1
+                self._full_blocks = sys.getallocatedblocks()
 
     def start(self) -> None:
         if not self._installed:
@@ -139,7 +154,7 @@ class GcProbe:
         spent = self._spent
         seconds = spent - self._spent_reported
         self._spent_reported = spent
-        blocks = (sys.getallocatedblocks(),) if self.blocks else ()
+        blocks = (sys.getallocatedblocks(), self._full, self._full_blocks) if self.blocks else ()
         row = (*collected_now, seconds, spent, len(gc.garbage), *gc.get_count(),
                *self._stats, *blocks)
         return row if self._order is None else tuple(row[i] for i in self._order)
@@ -154,7 +169,7 @@ def _columns(generations: int, collect: bool, blocks: bool) -> tuple[str, ...]:
         *(f"gen{i}/count" for i in range(generations)),
         *(f"gen{i}/{stat}_count" for i in range(generations)
           for stat in ("collected", "collections", "uncollectable")),
-        *(("allocated_blocks",) if blocks else ()),
+        *(("allocated_blocks", "full/collections_count", "full/blocks_after") if blocks else ()),
     )
 
 
@@ -165,7 +180,7 @@ def _make_callback(
         try:
             probe = ref()
             if probe is not None:
-                probe._on_gc(phase)
+                probe._on_gc(phase, info.get("generation", -1))
         except Exception:  # never an "Exception ignored" traceback in the user's stderr
             pass
 

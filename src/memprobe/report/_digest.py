@@ -12,6 +12,8 @@ what the live leak alarm keeps, so that both judge alike:
 - per metric shown: its first, last and peak values, and its points thinned to at most
   :data:`PLOT_POINTS` (every other one dropped each time they fill), for the plot and
   the point where a leak was first seen (exact up to that many samples);
+- the latest full collections of the gc probe (the evidence on a count of live blocks:
+  :mod:`memprobe.leak._garbage`);
 - the growth per phase, the first :data:`memprobe.report._phase_growth.MAX_MARKS` marks and
   spans, the first :data:`MAX_CAPTURES` lines of the alarm's capture, the last two
   samples.
@@ -26,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from .. import keys
 from .._jsonl_fields import HOLDERS
 from .._sample import Sample
+from ..leak._garbage import FullCollections
 from ..leak._kinds import DEFAULT_METRICS, TRACED
 from ..leak._series import judged_keys
 from ..leak._tiers import Tiers
@@ -142,6 +145,7 @@ class RunDigest:
         self._early: list[Sample] = []  # samples before the prefix is known
         self.tiers = Tiers()
         self.window = Window(WINDOW_SAMPLES, lambda key: False)
+        self.full_collections = FullCollections("")
         self.stats: dict[str, MetricStats] = {}
         self.captures: list[Sample] = []
         self.capture_steps: list[int] = []  # per capture: the samples taken while it was open
@@ -169,6 +173,7 @@ class RunDigest:
         head = keys.prefix_path(prefix)
         self._shown = [(head + m, m) for m in DEFAULT_METRICS]
         self.window = Window(WINDOW_SAMPLES, judged_keys(prefix))
+        self.full_collections = FullCollections(prefix)
         store = {head + m for m in DEFAULT_METRICS}
         self._keep_tiers = store.__contains__
         self._capture_key = keys.make_key(prefix, "capture", "duration_seconds")
@@ -219,6 +224,7 @@ class RunDigest:
         self.phases.add(s)
         self.marks.add(s)
         self.last = [*self.last[-1:], s]
+        self.full_collections.add(x, values)
         self.window.append(s)
         self._pending.append(s)
         if len(self._pending) >= _BATCH:

@@ -22,6 +22,7 @@ from .. import keys
 from .._errors import MemprobeWarning
 from .._registry import describe_key
 from .._sample import Sample
+from ..leak._garbage import weighed
 from ..leak._kinds import CAPTURE_NATIVE_HINT, NATIVE_TRACES_HINT
 from ..leak._verdicts import (
     DEFAULT_METRICS,
@@ -358,7 +359,8 @@ def summarize(run: ProcessRun) -> RunSummary:
     digest = run.digest
     # The whole-process metrics judged at every scale from the tiers, the sites and types
     # on the latest samples: as the live alarm judges a Prober's history.
-    report = analyze_samples(digest.judged_samples(), prefix=run.prefix, tiers=digest.tiers)
+    report = analyze_samples(digest.judged_samples(), prefix=run.prefix, tiers=digest.tiers,
+                             collections=tuple(digest.full_collections.events))
     head = keys.prefix_path(run.prefix)
     out: list[MetricSummary] = []
     for short in DEFAULT_METRICS:
@@ -377,7 +379,10 @@ def summarize(run: ProcessRun) -> RunSummary:
             for prober_form, flags in RUN_NATIVE_HINTS.items():
                 ms.verdict = replace(ms.verdict, note=ms.verdict.note.replace(prober_form, flags))
         out.append(ms)
-    notes = list(dict.fromkeys(m.verdict.note for m in out if m.leak and m.verdict.note))
+    # With the notes of the leaks, why a growth of live blocks is none (garbage, or
+    # nothing to tell it from garbage).
+    notes = list(dict.fromkeys(m.verdict.note for m in out if m.verdict is not None and (
+        (m.leak and m.verdict.note) or weighed(m.verdict))))
     title, suspects = _suspects(run, report)
     # The last sample and its probes (not the alarm's capture line, which has none).
     capture_key = keys.make_key(run.prefix, "capture", "duration_seconds")
