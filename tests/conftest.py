@@ -86,3 +86,15 @@ def fresh_heap():
         pass  # not glibc: nothing to give back this way
     gc.collect()
 
+
+
+@pytest.fixture
+def rare_full_collections():
+    """The oldest generation collected never by itself, as in a heap of millions of
+    objects; young ones as usual. Restored after, with one full collection."""
+    old = gc.get_threshold()
+    gc.collect()
+    gc.set_threshold(old[0], old[1], 10**9)
+    yield
+    gc.set_threshold(*old)
+    gc.collect()

@@ -14,17 +14,11 @@ import memprobe
 KEPT: list[object] = []
 
 
-@pytest.fixture
-def rare_full_collections():
-    """The oldest generation collected never by itself, as in a heap of millions of
-    objects; young ones as usual."""
-    old = gc.get_threshold()
-    gc.collect()
-    gc.set_threshold(old[0], old[1], 10**9)
+@pytest.fixture(autouse=True)
+def _kept_cleared():
+    """KEPT emptied after each test."""
     yield
-    gc.set_threshold(*old)
     KEPT.clear()
-    gc.collect()
 
 
 def _cycles(n: int) -> None:

@@ -21,16 +21,10 @@ KEPT: list[object] = []
 
 
 @pytest.fixture(autouse=True)
-def rare_full_collections():
-    """The oldest generation collected never by itself, as in a heap of millions of
-    objects; young ones as usual."""
-    old = gc.get_threshold()
-    gc.collect()
-    gc.set_threshold(old[0], old[1], 10**9)
+def _kept_cleared(rare_full_collections):
+    """Every test here with full collections made rare (conftest); KEPT emptied after."""
     yield
-    gc.set_threshold(*old)
     KEPT.clear()
-    gc.collect()
 
 
 def _old_garbage(n: int) -> None:
