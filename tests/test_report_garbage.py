@@ -18,9 +18,13 @@ import memprobe
 from memprobe.probes.gc import GcProbe
 
 KEPT: list[object] = []
-#: The cycles and objects a step makes grow with the heap the test runs in (a worker that
-#: imported torch holds a million blocks), so that they pass the count's 0.5% floor.
-SCALE = max(1, sys.getallocatedblocks() // 200_000)
+
+
+def _scale() -> int:
+    """How many times the cycles and objects a step makes: they grow with the heap the
+    test runs in (a worker that imported torch holds a million blocks), so that they pass
+    the count's 0.5% floor. Read when the test runs, not when the file is collected."""
+    return max(1, sys.getallocatedblocks() // 200_000)
 
 
 @pytest.fixture(autouse=True)
@@ -62,23 +66,27 @@ def _blocks_verdict(tmp_path: Path, step_fn, collect_at: int | None = None,
 
 
 def test_garbage_with_no_full_collection_is_not_judged_a_leak(tmp_path: Path) -> None:
-    v = _blocks_verdict(tmp_path, lambda: _old_garbage(40 * SCALE))
+    n = 40 * _scale()
+    v = _blocks_verdict(tmp_path, lambda: _old_garbage(n))
     assert v["growth"] > 0.05 * v["start"], v  # it grew, as a leak would
     assert not v["leak"] and v["status"] == "slight", v
     assert v["note"].startswith("not confirmed: no full collection"), v
 
 
 def test_a_full_collection_that_frees_the_growth_tells_garbage(tmp_path: Path) -> None:
-    v = _blocks_verdict(tmp_path, lambda: _old_garbage(40 * SCALE), collect_at=60)
+    n = 40 * _scale()
+    v = _blocks_verdict(tmp_path, lambda: _old_garbage(n), collect_at=60)
     assert not v["leak"] and v["status"] == "ok", v
     assert v["note"].startswith("cyclic garbage: "), v
     assert "to the full collection at step 60, which freed" in v["note"], v
 
 
 def test_objects_kept_are_a_leak_once_a_full_collection_confirms_them(tmp_path: Path) -> None:
+    scale = _scale()
+
     def keep() -> None:
-        _old_garbage(40 * SCALE)
-        KEPT.extend([{"n": i}] for i in range(20 * SCALE))
+        _old_garbage(40 * scale)
+        KEPT.extend([{"n": i}] for i in range(20 * scale))
 
     v = _blocks_verdict(tmp_path, keep, collect_at=60)
     assert v["leak"] and v["kind"] == "objects", v

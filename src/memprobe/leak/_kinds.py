@@ -198,6 +198,10 @@ def _held(metric: str, rate: float, windows: Sequence[WindowEvidence], holders: 
 #: must reach for the objects they keep to be Python allocations (as
 #: :meth:`WindowEvidence.explains`).
 _HELD_SHARE = 0.25
+#: Bytes per block kept at the user's lines from which what they keep is data (numpy
+#: copies, long strings: beyond CPython's small-object allocator, 512 bytes), not the
+#: many small objects a count of live objects is about (a user's record of 100 bytes).
+_DATA_BLOCK_BYTES = 512
 
 
 def _what_counted_objects_hold(metric: str, by_metric: Mapping[str, _Judged],
@@ -208,10 +212,12 @@ def _what_counted_objects_hold(metric: str, by_metric: Mapping[str, _Judged],
     whatever its verdict (a Learner's rss rises in steps, as freed heap is reused
     between them, and reads "levelled off" while its live blocks grow steadily).
     Python allocations when the bytes kept at the user's lines are a quarter of it or
-    more (numpy copies: their data is traced); else native memory held by those objects
-    (a kept ``torch.Tensor`` is a few dozen traced bytes, its storage is not). None
-    when the user's lines keep too few of the blocks (a library's objects the user's
-    list keeps, made inside the library's calls), or without a resident size."""
+    more and large per block (numpy copies: their data is traced); native memory held by
+    those objects when they are less (a kept ``torch.Tensor`` is a few dozen traced
+    bytes, its storage is not). None when the user's lines keep too few of the blocks (a
+    library's objects the user's list keeps, made inside the library's calls), when
+    they keep small objects that explain the growth (the count's own kind: retained
+    objects), or without a resident size."""
     traced = next((e for e in windows if e.probe == "tracemalloc"), None)
     rss = by_metric.get("process/rss_bytes")
     count = by_metric.get(metric)
@@ -222,6 +228,8 @@ def _what_counted_objects_hold(metric: str, by_metric: Mapping[str, _Judged],
     rate = max(rss.slope_per_step, 0.0)
     said = f"{traced.describe(rate)} (process/rss_bytes {rss.status})"
     if traced.user_per_step >= _HELD_SHARE * rate:
+        if traced.user_per_step < _DATA_BLOCK_BYTES * traced.user_count_per_step:
+            return None
         return "python", f"{KINDS['python'].split(':')[0]}; {said}"
     return "native", f"native memory held by objects the user's lines keep; {said}"
 
