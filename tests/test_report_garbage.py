@@ -102,7 +102,7 @@ def test_the_gc_probe_records_each_full_collection_and_the_blocks_after_it() -> 
 
 
 @pytest.mark.parametrize("on_leak", [False, True])
-def test_prober_report_weighs_the_full_collections_its_history_no_longer_holds(on_leak: bool) -> None:
+def test_prober_report_weighs_the_full_collections_its_history_lost(on_leak: bool) -> None:
     """``prober.report()`` judges the blocks over the whole run (its tiers), so it must
     weigh every full collection of the run, not only those in its last ``history``
     samples (a live alarm's checks feed the tiers from it: 100 samples): before, a run

@@ -13,7 +13,6 @@ from .._checks import check_int
 from .._jsonl_fields import HOLDERS
 from .._sample import Number, Sample
 from ..keys import make_key
-from ..leak._garbage import FullCollections
 from ..leak._alarm import (
     LeakAlarm,
     OnLeak,
@@ -21,6 +20,7 @@ from ..leak._alarm import (
     check_oom_capture_hours,
 )
 from ..leak._alarm_capture import check_capture_option
+from ..leak._garbage import FullCollections
 from ._history import History
 from ._tier_feed import TierFeed
 
