@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,3 +110,29 @@ def test_the_gc_probe_records_each_full_collection_and_the_blocks_after_it() -> 
     assert young["full/collections_count"] == row["full/collections_count"]
     assert full["full/collections_count"] == row["full/collections_count"] + 1
     assert abs(full["full/blocks_after"] - after) <= 5, (full, after)
+
+
+@pytest.mark.parametrize("on_leak", [False, True])
+def test_prober_report_weighs_the_full_collections_its_history_lost(on_leak: bool) -> None:
+    """``prober.report()`` judges the blocks over the whole run (its tiers), so it must
+    weigh every full collection of the run, not only those in its last ``history``
+    samples (a live alarm's checks feed the tiers from it: 100 samples): before, a run
+    longer than its history said "not confirmed: no full collection" of objects a full
+    collection had confirmed kept."""
+    def keep() -> None:
+        _old_garbage(40)
+        KEPT.extend([{"n": i}] for i in range(20))
+
+    options = {"on_leak": lambda v: None, "capture_on_leak": False} if on_leak else {}
+    with memprobe.Prober(probes={"gc": {"blocks": True}}, load_entrypoints=False, history=100,
+                         **options) as prober:
+        for step in range(300):
+            keep()
+            if step == 60:
+                gc.collect()
+            prober.sample(step)
+    v = next(v for v in prober.report().verdicts.values() if v.metric == "gc/allocated_blocks")
+    assert v.status == "leak" and v.kind == "objects", v
+    # the full collection at step 60 tells: it begins or ends what was kept (a live
+    # alarm collects once more before it alarms)
+    assert "objects kept: " in v.note and re.search(r"step 60\b", v.note), v

@@ -20,6 +20,7 @@ from ..leak._alarm import (
     check_oom_capture_hours,
 )
 from ..leak._alarm_capture import check_capture_option
+from ..leak._garbage import FullCollections
 from ._history import History
 from ._tier_feed import TierFeed
 
@@ -72,6 +73,8 @@ def judge_history(history: History, lock: contextlib.AbstractContextManager[Any]
     from ..leak._verdicts import analyze_samples, judged_keys
 
     options.setdefault("prefix", prefix)
+    if options["prefix"] == prefix:  # every full collection of the run, not the history's
+        options.setdefault("collections", tuple(judging.full.events))
     keep = judged_keys(options["prefix"], options.get("metrics"), options.get("sites", True))
     with lock:  # the history is read as it is judged, one sample at a time
         start = max(0, len(history) - latest) if latest is not None else 0
@@ -106,11 +109,16 @@ class AlarmChecks:
         self.check_retained_due = False
         self.check_values: dict[str, Number] = {}  # what the next sample carries of a check
         self._key_check_retained = make_key(prefix, "overhead", "check_retained_bytes")
+        # Over the whole run: the history drops the samples that recorded them.
+        self.full = FullCollections(prefix)
+        self._seen = 0  # samples taken: the x of a sample without a step
 
     def after_sample(self, values: dict[str, Number], now: float, step: int | None,
                      pid: int) -> Sample | None:
         """Check when a check is due; close the capture when it is due. Returns the
         capture's line for the sinks, or None."""
+        self.full.add(float(step if step is not None else self._seen), values)
+        self._seen += 1
         alarm = self.alarm
         if alarm.tick():
             self._check_leaks(alarm)
@@ -132,6 +140,8 @@ class AlarmChecks:
         self.check_retained = 0
         self.check_retained_due = False
         self.check_values = {}
+        self.full = FullCollections(self.prefix)
+        self._seen = 0
 
     def report(self, **options: Any) -> Report:
         return judge_history(self._history, contextlib.nullcontext(), self.prefix, self,

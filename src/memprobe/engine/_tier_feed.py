@@ -12,6 +12,7 @@ from .._sample import Number
 from ..keys import key_of, make_key
 from ..leak import _kinds
 from ..leak._alarm import check_memory_bytes
+from ..leak._garbage import FullCollections
 from ..leak._series import MEMRAY_ACTIVE, MEMRAY_OWN
 from ..leak._tiers import Tiers
 
@@ -57,6 +58,7 @@ class TierFeed:
     #: A Prober with a TierFeed has no leak alarm.
     alarm = None
     tiers: Tiers
+    full: FullCollections
     retained: int
     retained_due: bool
     _traced_own: float
@@ -110,6 +112,7 @@ class TierFeed:
             self._memray_own = float(values[self._memray_own_key])
         x = float(step if step is not None else self._seen)
         self._seen += 1
+        self.full.add(x, values)
         if len(values) != self._width or not values.keys().isdisjoint(self._absent):
             self._layout(values)
         try:
@@ -187,6 +190,9 @@ class TierFeed:
         self._memray_own = 0.0
         self._tracking = False
         self._seen = 0  # samples taken: the x of a sample without a step
+        # Over the whole run (prober.report() weighs them): the history drops the
+        # samples that recorded them.
+        self.full = FullCollections(self.prefix)
         nan = array("d", [float("nan")])
         self._xs, self._ts, self._own = nan * self.every, nan * self.every, nan * self.every
         self._inside = bytearray(self.every)  # 1: read while a memray window was open
