@@ -119,9 +119,11 @@ def test_prober_report_weighs_the_full_collections_its_history_lost(on_leak: boo
     samples (a live alarm's checks feed the tiers from it: 100 samples): before, a run
     longer than its history said "not confirmed: no full collection" of objects a full
     collection had confirmed kept."""
+    scale = _scale()
+
     def keep() -> None:
-        _old_garbage(40)
-        KEPT.extend([{"n": i}] for i in range(20))
+        _old_garbage(40 * scale)
+        KEPT.extend([{"n": i}] for i in range(20 * scale))
 
     options = {"on_leak": lambda v: None, "capture_on_leak": False} if on_leak else {}
     with memprobe.Prober(probes={"gc": {"blocks": True}}, load_entrypoints=False, history=100,
