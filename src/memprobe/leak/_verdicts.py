@@ -77,16 +77,6 @@ _LATE_FRACTION = 1 / 3  # a late rate under this part of the rate judged: levell
 #: per 1,000 samples) passes the 0.5% floor in ~10 of the kernel's 256 KiB rss steps;
 #: a healthy staircase of 6 steps of 2 MiB stays "slight" (docs/leaks.md).
 MIN_RISES = 8
-#: Points the rises of a growth are counted on (:func:`_few_steps`), whatever
-#: ``max_points``: at a finer resolution a creep of small allocator steps reads as many
-#: rises, at a coarser one as a few. One resolution, so that the same samples give the
-#: same verdict in the RLlib adapter's live alarm (``max_points=40``) and in
-#: ``memprobe report`` (80): a healthy Ray EnvRunner's +10.2 MiB over 390 s (two steps,
-#: then RLlib's creep) read "grew in 3 steps" live and LEAK in the report (docs/leaks.md).
-#: Only over twice ``max_points`` steps: over fewer, a bin is a step or two, and a steep
-#: leak's first checks count its allocator steps one by one (on 40 points, a leak of 10%
-#: of the process per 1,000 samples alarmed 20 samples later).
-STEP_POINTS = 40
 _JUMP_SIGMAS = 4.0  # a jump: a rise this many robust deviations above the typical one
 
 
@@ -233,9 +223,7 @@ def analyze(
                 status = "levelled"
                 break
         if status == "leak":
-            binned = len(rx) > STEP_POINTS and ux[-1] - ux[0] >= 2 * max_points
-            sx, sy = bin_medians(ux, uy, STEP_POINTS) if binned else (rx, ry)
-            steps = _few_steps(sx, sy, confidence, autocorrelation, threshold_per_step,
+            steps = _few_steps(rx, ry, confidence, autocorrelation, threshold_per_step,
                                min_growth)
         if status == "leak" and (growth < min_growth or steps or (
                 rate is not None and rate < min_rate_per_hour)):
