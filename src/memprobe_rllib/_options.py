@@ -70,24 +70,6 @@ LEAK_OPTIONS: Mapping[str, Any] = {
 }
 
 
-#: The driver and the Learners take one sample per ``train()`` iteration, which is
-#: seconds to minutes of work: their alarm judges on fewer, wider-spaced samples than an
-#: EnvRunner's (many per iteration). A verdict rests on ``2 x PER_ITERATION_MIN_POINTS``
-#: iterations (``min_points``, doubled by the automatic warm-up), and a check counts as
-#: a confirmation once ``PER_ITERATION_EVIDENCE`` new iterations came since the last one
-#: that counted, at every ``leak_check_every``. The persistence rule still holds an alarm
-#: until the growth has gone on for 1.5 times the iterations its first leaking verdict
-#: judged. Measured on recordings replayed (benchmarks/rllib_iteration_alarm.py,
-#: docs/rllib.md): Learner leaks of about 1 MiB per iteration alarm at iteration 26
-#: instead of after 100 (a local Learner's rss that rises in steps can still read
-#: levelled off for longer); no alarm in 12 healthy drivers and Learners of 27-102
-#: iterations; 4 points (8 iterations) lost a remote Learner's leak in its noise.
-PER_ITERATION_MIN_POINTS = 5
-PER_ITERATION_EVIDENCE = 5
-#: The roles sampled once per ``train()`` iteration.
-PER_ITERATION_ROLES = ("driver", "learner")
-
-
 def show(value: Any) -> str:
     """A short ``repr`` for error messages, with the type: ``'yes' (str)``."""
     try:
@@ -140,9 +122,7 @@ class CallbackOptions:
     :ivar driver: probe the Algorithm's process in ``on_train_result``.
     :ivar learners: probe remote Learner actors (``num_learners > 0``).
     :ivar leak_check_every: the leak alarm (:class:`memprobe.Prober`'s) judges
-        each EnvRunner's history every this many samples; ``None`` turns it off. The
-        driver and the Learners (one sample per iteration) judge once
-        :data:`PER_ITERATION_EVIDENCE` new iterations came.
+        each process's history every this many samples; ``None`` turns it off.
     :ivar leak_confirmations: a metric must be judged leaking at this many
         checks in a row before it is reported.
     :ivar leak_options: options of :func:`memprobe.analyze_samples` for the alarm;
@@ -242,15 +222,6 @@ class CallbackOptions:
     def alarm_options(self) -> dict[str, Any]:
         """What the Probers are given as ``leak_options=``."""
         return dict(LEAK_OPTIONS if self.leak_options is None else self.leak_options)
-
-    def alarm_options_for(self, role: str) -> dict[str, Any]:
-        """What the Prober of ``role`` is given as ``leak_options=``: :attr:`alarm_options`,
-        with ``min_points`` :data:`PER_ITERATION_MIN_POINTS` for the driver and the
-        Learners unless ``leak_options`` sets it."""
-        options = self.alarm_options
-        if role in PER_ITERATION_ROLES:
-            options.setdefault("min_points", PER_ITERATION_MIN_POINTS)
-        return options
 
     @property
     def probe_spec(self) -> Any:

@@ -14,7 +14,7 @@ from memprobe import ConfigError
 from memprobe import keys as mkeys
 
 from ._leak import JUDGED, LeakState
-from ._options import PER_ITERATION_EVIDENCE, PER_ITERATION_ROLES, CallbackOptions
+from ._options import CallbackOptions
 from ._results import KeyKinds, ResultLog, declared
 
 __all__ = ["LIVE", "STEP_NAMES", "ProcessProber", "jsonl_path", "plugin_manager",
@@ -134,14 +134,10 @@ class ProcessProber:
                 tags["node"] = node
             path = memprobe.JsonlSink(jsonl_path(where, role, index), tags=tags)
         alarm: dict[str, Any] = {}
-        per_iteration = role in PER_ITERATION_ROLES
         if options.leak_check_every is not None:
-            # One sample per train() iteration: judged once PER_ITERATION_EVIDENCE new
-            # iterations came (the alarm waits for them whatever the cadence).
-            alarm = {"on_leak": self.leak.on_leak,
-                     "leak_check_every": 1 if per_iteration else options.leak_check_every,
+            alarm = {"on_leak": self.leak.on_leak, "leak_check_every": options.leak_check_every,
                      "leak_confirmations": options.leak_confirmations,
-                     "leak_options": options.alarm_options_for(role)}
+                     "leak_options": options.alarm_options}
         pm = plugin_manager(options.plugins, options.load_entrypoints)
         sinks: dict[str, Any] = {}
         if sink and options.ray_metrics:
@@ -156,8 +152,6 @@ class ProcessProber:
             time_limit_seconds=options.time_limit_seconds, **alarm,
         )
         self.leak.prober = self.prober
-        if per_iteration and self.prober.alarm is not None:
-            self.prober.alarm.evidence_samples = PER_ITERATION_EVIDENCE
         # The ray_metrics sink: reads the Prober's declarations, and exports its verdicts.
         self.ray_sink = ray_sink_of(self.prober) if sinks else None
         self._exported: Any = None

@@ -163,8 +163,6 @@ class LeakAlarm:
     :ivar latest: the Report of the latest check (None before the first); once a
         capture has closed, the verdicts that opened it name its culprits and holders.
     :ivar alarmed: the keys that have alarmed.
-    :ivar evidence_samples: as the parameter; its owner may lower it before the first
-        sample for a process sampled seldom (the RLlib adapter's driver and Learners).
     :ivar tiers: the judged metrics at every time scale (:class:`memprobe.Tiers`).
     """
 
