@@ -67,10 +67,14 @@ def test_a_real_capture_gives_back_what_it_freed_and_the_leak_stays_judged_leaki
     closes; the capture's line says what it gave back, and the resident size is still
     judged leaking at the end."""
     kept: list[bytearray] = []
+    # The floor of 0.5% of the resident size would be 16 MiB in a pytest worker that
+    # imported torch (3 GiB): more than this leak adds in the steps judged. The floor is
+    # not what this test is about.
+    floors = {"threshold_per_step": 16384, "min_growth_fraction": 0.0}
     prober = memprobe.Prober(
         probes=["process", "gc"], sink=str(tmp_path / "run.jsonl"),
         on_leak=lambda v: None, leak_check_every=50,
-        load_entrypoints=False, leak_options={"threshold_per_step": 16384},
+        load_entrypoints=False, leak_options=floors,
         capture_on_leak={"duration_seconds": 0.3, "holders": False})
     closed_at = None
     with prober:
@@ -82,7 +86,7 @@ def test_a_real_capture_gives_back_what_it_freed_and_the_leak_stays_judged_leaki
             if closed_at is not None and step >= closed_at + 300:
                 break
         assert closed_at is not None, "the capture never closed"
-        v = prober.report().verdicts[RSS]
+        v = prober.report(**floors).verdicts[RSS]
     assert v.status == "leak", v
     samples = read_samples(str(tmp_path / "run.jsonl"))
     lines = [s for s in samples if RELEASED_KEY in s.values]
@@ -93,4 +97,4 @@ def test_a_real_capture_gives_back_what_it_freed_and_the_leak_stays_judged_leaki
         # tracemalloc's traces of the blocks made during the capture, its snapshot:
         # freed at its close and given back (measured: 48 KiB after a 0.3 s capture).
         assert released > 0, released
-    assert memprobe.analyze_samples(samples).verdicts[RSS].status == "leak"
+    assert memprobe.analyze_samples(samples, **floors).verdicts[RSS].status == "leak"
