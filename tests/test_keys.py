@@ -152,3 +152,16 @@ def test_the_verdicts_use_the_c_frame_predicate() -> None:
     seen = WindowEvidence("memray", 3, 2.0, 65_536.0, (("<string>:3--leaky_alloc", 65_536.0),))
     _, culprits, note = _native("process/rss_bytes", 65_536.0, [seen], "")
     assert culprits == ("<string>:3 → leaky_alloc",) and NATIVE_TRACES_HINT not in note
+
+
+@given(st.from_regex(r"[a-z_/]{1,12}\.py", fullmatch=True), st.integers(1, 10**6),
+       st.lists(st.from_regex(r"[a-z_]{1,8}(\.py:[0-9]{1,4})?", fullmatch=True), max_size=3))
+def test_a_sites_first_frame_and_line_read_the_same_in_a_key_and_a_report(file, line, rest):
+    """``first_frame`` and ``frame_line`` of a chain, in key form (``--``) or as a report
+    shows it (``→``): the first frame and its line, whatever follows it."""
+    site = "--".join([f"{file}:{line}", *rest])
+    for chain in (site, keys.format_culprit(site)):
+        assert keys.first_frame(chain) == f"{file}:{line}"
+        assert keys.frame_line(keys.first_frame(chain)) == line
+    assert keys.frame_line("leaky_alloc") is None
+    assert keys.frame_line("unknown") is None

@@ -29,7 +29,15 @@ from ._errors import ConfigError, ProbeError, show
 from ._flatten import SiteMap
 from ._own import own_type_counts
 from ._sitestats import MEMPROBE_PACKAGES, Stats, default_filters, site_stats
-from .keys import format_culprit, format_site, is_library_site, is_library_type, shorten_path
+from .keys import (
+    first_frame,
+    format_culprit,
+    format_site,
+    frame_line,
+    is_library_site,
+    is_library_type,
+    shorten_path,
+)
 from .probes.memray import MemrayWindow, NativeSite, _memray
 from .probes.objects import type_name
 from .probes.tracemalloc import CAPTURE_NFRAME, acquire_tracing, growth, release_tracing
@@ -140,11 +148,10 @@ def _kept_at(site: str, timeout_seconds: float) -> list[Any]:
     while tracing: what the user's line makes and keeps, such as numpy arrays in a list,
     which are no heap type to count and walk. Read while tracemalloc traces, within
     ``timeout_seconds`` (0.15-0.25 s for a heap of 300,000-400,000 objects)."""
-    first = site.split("--", 1)[0]
-    file, _, line = first.rpartition(":")
-    if not file or not line.isdigit():
+    first = first_frame(site)
+    lineno = frame_line(first)
+    if lineno is None:
         return []
-    lineno = int(line)
     found: list[Any] = []
     deadline = time.perf_counter() + timeout_seconds
     # One comprehension over the heap (a loop allocating per object would be traced:

@@ -290,6 +290,19 @@ def ends_in_c_frame(site: str) -> bool:
     return bool(last) and last != "unknown" and not _PYTHON_FRAME_END.search(last)
 
 
+def first_frame(site: str) -> str:
+    """A site's or culprit chain's first frame: ``app.py:12`` of ``app.py:12--numpy/...``
+    (a key) or of ``app.py:12 → numpy/...`` (a report)."""
+    return site.split("--", 1)[0].split(" → ", 1)[0]
+
+
+def frame_line(frame: str) -> int | None:
+    """The line number of a Python frame (``app.py:12``: 12); None for a C function or
+    ``unknown``."""
+    _, sep, line = frame.rpartition(":")
+    return int(line) if sep and line.isdigit() else None
+
+
 def format_site(filename: str, lineno: int) -> str:
     """``package/file.py:line`` for an allocation site."""
     return f"{shorten_path(filename)}:{lineno}"
@@ -300,7 +313,7 @@ def is_library_site(site: str) -> bool:
     in a site key or a culprit chain) is in the standard library or an installed package,
     not the user's own code (``app.py:12``, ``<string>:3``, ``<ipython-input-1-…>:2``).
     Cheap for the many sites of a window's snapshot: decided once per module or package."""
-    first = site.split("--", 1)[0].split(" → ", 1)[0]
+    first = first_frame(site)
     head = first.split("/", 1)[0].split(":", 1)[0]
     if head == first.split(":", 1)[0] and ":" in first and not head.endswith(".py"):
         # A pseudo-file, its brackets dropped by the key (``string:3`` is ``<string>``,

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from .._registry import builtin_declarations, growth_kinds, judged_metrics
 from ..keys import ends_in_c_frame, format_culprit, is_library_site, is_library_type, split_short
-from ._windows import WindowEvidence
+from ._windows import EXPLAINED_SHARE, WindowEvidence
 
 __all__ = ["DEFAULT_METRICS", "FILTERED", "KINDS", "TRACED", "classify", "rank"]
 
@@ -194,10 +194,6 @@ def _held(metric: str, rate: float, windows: Sequence[WindowEvidence], holders: 
     return kind, culprits or (*sites[:5], *types), note
 
 
-#: The share of the resident size's growth that the bytes kept at the user's lines
-#: must reach for the objects they keep to be Python allocations (as
-#: :meth:`WindowEvidence.explains`).
-_HELD_SHARE = 0.25
 #: Bytes per block kept at the user's lines from which what they keep is data (numpy
 #: copies, long strings: beyond CPython's small-object allocator, 512 bytes), not the
 #: many small objects a count of live objects is about (a user's record of 100 bytes).
@@ -223,11 +219,11 @@ def _what_counted_objects_hold(metric: str, by_metric: Mapping[str, _Judged],
     count = by_metric.get(metric)
     if traced is None or rss is None or rss.status == "insufficient" or count is None:
         return None
-    if traced.user_count_per_step < _HELD_SHARE * count.slope_per_step:
+    if traced.user_count_per_step < EXPLAINED_SHARE * count.slope_per_step:
         return None
     rate = max(rss.slope_per_step, 0.0)
     said = f"{traced.describe(rate)} (process/rss_bytes {rss.status})"
-    if traced.user_per_step >= _HELD_SHARE * rate:
+    if traced.users_explain(rate):
         if traced.user_per_step < _DATA_BLOCK_BYTES * traced.user_count_per_step:
             return None
         return "python", f"{KINDS['python'].split(':')[0]}; {said}"

@@ -32,7 +32,7 @@ from ..keys import (
     split_site_key,
 )
 
-__all__ = ["WINDOW_KEYS", "WindowEvidence", "capture_evidence", "is_window_count",
+__all__ = ["EXPLAINED_SHARE", "WINDOW_KEYS", "WindowEvidence", "capture_evidence", "is_window_count",
            "is_window_site",
            "window_evidence"]
 
@@ -41,6 +41,8 @@ _WINDOWS = 5
 
 #: The least share of the bytes surviving a window per step a site must hold to be named.
 _MIN_SITE_SHARE = 0.01
+#: The share of a growth per step that what survives must hold to explain it.
+EXPLAINED_SHARE = 0.25
 
 #: The probes' windowed metrics (without prefix) the evidence is read from.
 WINDOW_KEYS = (
@@ -101,7 +103,12 @@ class WindowEvidence:
         """Bytes per step surviving at the user's own sites."""
         return sum(b for s, b in self.sites if not is_library_site(s))
 
-    def explains(self, rate_per_step: float, share: float = 0.25,
+    def users_explain(self, rate_per_step: float, share: float = EXPLAINED_SHARE) -> bool:
+        """Whether the bytes kept at the user's sites are ``share`` of a growth of
+        ``rate_per_step`` or more."""
+        return self.user_per_step >= share * max(rate_per_step, 1.0)
+
+    def explains(self, rate_per_step: float, share: float = EXPLAINED_SHARE,
                  blocks_per_step: float | None = None) -> bool:
         """Whether what survives accounts for a growth of ``rate_per_step``.
 
@@ -117,7 +124,7 @@ class WindowEvidence:
         rate = max(rate_per_step, 1.0)
         if self.probe != "tracemalloc":
             return self.survivors_per_step >= share * rate
-        if self.user_per_step >= share * rate:
+        if self.users_explain(rate, share):
             return True
         if (self.source == "window" and blocks_per_step is not None
                 and self.count_per_step > 0):
