@@ -11,7 +11,6 @@ from memprobe._sample import Sample
 from memprobe.keys import make_key
 from memprobe.report._jsonl import read_samples
 from memprobe.leak._series import RELEASED, sample_series
-from memprobe.probes.malloc import libc
 
 P = "memprobe"
 RSS = make_key(P, "process", "rss_bytes")
@@ -92,9 +91,9 @@ def test_a_real_capture_gives_back_what_it_freed_and_the_leak_stays_judged_leaki
     lines = [s for s in samples if RELEASED_KEY in s.values]
     assert len(lines) == 1
     released = lines[0].values[RELEASED_KEY]
+    # tracemalloc's traces of the blocks made during the capture, its snapshot: freed at
+    # its close (48 KiB after a 0.3 s capture in a small process). Whether free() gave
+    # them back itself (the heap's top trimmed, 0 left to release) or malloc_trim did
+    # depends on the heap's layout: 0 in a process holding a 3 GiB buffer.
     assert released >= 0
-    if libc().malloc_trim is not None:
-        # tracemalloc's traces of the blocks made during the capture, its snapshot:
-        # freed at its close and given back (measured: 48 KiB after a 0.3 s capture).
-        assert released > 0, released
     assert memprobe.analyze_samples(samples, **floors).verdicts[RSS].status == "leak"
