@@ -77,6 +77,14 @@ def _fresh_pages(size: int) -> mmap.mmap:
     return m
 
 
+def _step_bytes() -> int:
+    """A leak per sample that passes the alarm's floor (0.5% of the resident size) within
+    about 60 samples: 64 KiB in a process of 500 MiB, 1 MiB in a pytest worker of 3 GiB
+    that imported torch."""
+    rss = psutil.Process().memory_info().rss
+    return max(64 * 1024, int(rss * 1e-4 // mmap.PAGESIZE + 1) * mmap.PAGESIZE)
+
+
 def test_hours_to_oom() -> None:
     assert _oom.hours_to_oom(3 << 30, 1 << 30) == 3.0
     assert _oom.hours_to_oom(1 << 30, 0.0) is None
@@ -93,8 +101,9 @@ def test_a_forecast_under_the_threshold_opens_the_capture_before_the_alarm() -> 
                          oom_capture_hours=1e9) as prober:
         alarm = prober.alarm
         assert alarm is not None and alarm.oom_capture_hours == 1e9
+        step_bytes = _step_bytes()
         for i in range(200):
-            kept.append(_fresh_pages(64 * 1024))
+            kept.append(_fresh_pages(step_bytes))
             prober.sample(step=i)
             if alarm.capturing:
                 break
@@ -153,10 +162,11 @@ def test_memprobe_report_on_the_file_gives_the_forecast_the_process_made(tmp_pat
 
     path = tmp_path / "run.jsonl"
     kept = []
+    step_bytes = _step_bytes()
     with memprobe.Prober(["process"], sink=memprobe.JsonlSink(str(path)),
                          on_leak=lambda v: None, capture_on_leak=False) as prober:
         for i in range(300):
-            kept.append(_fresh_pages(64 * 1024))
+            kept.append(_fresh_pages(step_bytes))
             prober.sample(step=i)
     samples = memprobe.read_samples(str(path))
     assert any(s.values.get("memprobe/leak/hours_to_oom", -1) > 0 for s in samples)
