@@ -70,13 +70,20 @@ LEAK_OPTIONS = frozenset({
 
 _LATE_MIN_POINTS = 10  # points the last-half check of analyze() needs
 _LATE_FRACTION = 1 / 3  # a late rate under this part of the rate judged: levelled off
-#: A growth made of fewer jumps than this (rises between the points judged that stand
-#: out of their noise), and of nothing once they are taken out, is "slight": a few
-#: plateaus that stepped up (a cache resized, a pool grown) are a few events; a leak
-#: is many. The slowest leak the alarm is meant to find (0.05% of a 500 MiB process
-#: per 1,000 samples) passes the 0.5% floor in ~10 of the kernel's 256 KiB rss steps;
-#: a healthy staircase of 6 steps of 2 MiB stays "slight" (docs/leaks.md).
+#: A growth made of fewer steps than this (rises between the points judged that stand
+#: out of their noise, each at least :data:`STEP_SHARE` of the largest), and of nothing
+#: past the floor once they are taken out, is "slight": a few plateaus that stepped up
+#: (a cache resized, a pool grown) are a few events; a leak is many. The slowest leak
+#: the alarm is meant to find (0.05% of a 500 MiB process per 1,000 samples) passes the
+#: 0.5% floor in ~10 of the kernel's 256 KiB rss steps; a healthy staircase of 6 steps
+#: of 2 MiB stays "slight" (docs/leaks.md).
 MIN_RISES = 8
+#: A rise smaller than this share of a growth's largest rise is no step of its own: it
+#: stays in the series, judged against the floor with the rest. A leak's steps are
+#: alike (the kernel's 256 KiB, one kept allocation each), within 2 or 3 times of each
+#: other where a bin holds two; a creep of small rises beside one large step (an arena
+#: mapped) is not counted as many steps, however finely the points resolve it.
+STEP_SHARE = 0.25
 _JUMP_SIGMAS = 4.0  # a jump: a rise this many robust deviations above the typical one
 
 
@@ -92,27 +99,46 @@ def _jumps(ys: Sequence[float]) -> list[int]:
     return [i for i, x in enumerate(d) if x > 0 and x > mid + _JUMP_SIGMAS * spread]
 
 
+def _steps(ys: Sequence[float]) -> list[list[int]]:
+    """The steps of ``ys``: its rises (jumps in a row are one: a step that falls inside
+    a point, a bin's median between its two sides, makes two), each as the indexes of
+    its jumps, that lift the series by :data:`STEP_SHARE` of the largest rise or more
+    (the lift of a jump: its change less the series' typical change)."""
+    jumps = _jumps(ys)
+    rises: list[list[int]] = []
+    for i in jumps:
+        if rises and rises[-1][-1] == i - 1:
+            rises[-1].append(i)
+        else:
+            rises.append([i])
+    if not rises:
+        return []
+    d = [b - a for a, b in zip(ys, ys[1:])]
+    typical = median(d)
+    lifts = [sum(d[i] - typical for i in r) for r in rises]
+    top = max(lifts)
+    return [r for r, lift in zip(rises, lifts) if lift >= STEP_SHARE * top]
+
+
 def _few_steps(rx: Sequence[float], ry: Sequence[float], confidence: float,
                autocorrelation: bool, threshold_per_step: float, min_growth: float) -> int:
-    """The number of rises (jumps in a row are one) a growth is made of when they are
-    fewer than :data:`MIN_RISES`
-    and the series without them (each jump taken out of every later point) no longer
-    grows past ``min_growth`` significantly; 0 otherwise (a leak's steady growth)."""
-    jumps = _jumps(ry)
-    # A step that falls inside a point (a bin's median between its two sides) makes two
-    # jumps in a row: one rise.
-    rises = sum(1 for n, i in enumerate(jumps) if not n or jumps[n - 1] != i - 1)
-    if not rises or rises >= MIN_RISES:
+    """The number of steps (:func:`_steps`) a growth is made of when they are fewer than
+    :data:`MIN_RISES` and the series without them (each step taken out of every later
+    point) no longer grows past ``min_growth`` significantly; 0 otherwise (a leak's
+    steady growth, or its many alike steps)."""
+    steps = _steps(ry)
+    if not steps or len(steps) >= MIN_RISES:
         return 0
+    taken = {i for r in steps for i in r}
     d = [b - a for a, b in zip(ry, ry[1:])]
     typical = median(d)
     flat, lift = [ry[0]], 0.0
     for i, x in enumerate(d):
-        lift += x - typical if i in jumps else 0.0
+        lift += x - typical if i in taken else 0.0
         flat.append(ry[i + 1] - lift)
     slope, low, _, _ = theil_sen(rx, flat, confidence, autocorrelation=autocorrelation)
     left = slope * (rx[-1] - rx[0])
-    return rises if low <= threshold_per_step or left < max(min_growth, 0.0) else 0
+    return len(steps) if low <= threshold_per_step or left < max(min_growth, 0.0) else 0
 
 
 def _check_series(key: str, xs: Sequence[float], ys: Sequence[float]) -> None:
