@@ -77,6 +77,14 @@ _LATE_FRACTION = 1 / 3  # a late rate under this part of the rate judged: levell
 #: per 1,000 samples) passes the 0.5% floor in ~10 of the kernel's 256 KiB rss steps;
 #: a healthy staircase of 6 steps of 2 MiB stays "slight" (docs/leaks.md).
 MIN_RISES = 8
+#: A rise that lifts the series by less than this share of the floor (``min_growth``)
+#: is no step of its own: it is not counted, and stays in the series, judged with the
+#: rest against the floor. A creep of small rises (a healthy allocator's high-water
+#: mark: 20-150 KiB each against a floor of 2.5 MiB) then reads as few steps at every
+#: resolution, as the RLlib adapter's live alarm on 40 points reads it (at 80 points
+#: each small rise was a jump of its own); a leak's steps are counted as before (the
+#: kernel's 256 KiB steps are a tenth of a 500 MiB process's floor).
+STEP_FLOOR_SHARE = 1 / 16
 _JUMP_SIGMAS = 4.0  # a jump: a rise this many robust deviations above the typical one
 
 
@@ -92,18 +100,36 @@ def _jumps(ys: Sequence[float]) -> list[int]:
     return [i for i, x in enumerate(d) if x > 0 and x > mid + _JUMP_SIGMAS * spread]
 
 
+def _rises(ys: Sequence[float], min_lift: float) -> list[list[int]]:
+    """The rises of ``ys``, each as the indexes of its jumps (:func:`_jumps`; jumps in a
+    row are one rise: a step that falls inside a point, a bin's median between its two
+    sides, makes two), that lift the series by ``min_lift`` or more (a jump's lift: its
+    change less the series' typical change)."""
+    d = [b - a for a, b in zip(ys, ys[1:])]
+    rises: list[list[int]] = []
+    for i in _jumps(ys):
+        if rises and rises[-1][-1] == i - 1:
+            rises[-1].append(i)
+        else:
+            rises.append([i])
+    if not rises:
+        return []
+    typical = median(d)
+    return [r for r in rises if sum(d[i] - typical for i in r) >= min_lift]
+
+
 def _few_steps(rx: Sequence[float], ry: Sequence[float], confidence: float,
                autocorrelation: bool, threshold_per_step: float, min_growth: float) -> int:
-    """The number of rises (jumps in a row are one) a growth is made of when they are
-    fewer than :data:`MIN_RISES`
-    and the series without them (each jump taken out of every later point) no longer
-    grows past ``min_growth`` significantly; 0 otherwise (a leak's steady growth)."""
-    jumps = _jumps(ry)
-    # A step that falls inside a point (a bin's median between its two sides) makes two
-    # jumps in a row: one rise.
-    rises = sum(1 for n, i in enumerate(jumps) if not n or jumps[n - 1] != i - 1)
+    """The number of rises (:func:`_rises`, of :data:`STEP_FLOOR_SHARE` of
+    ``min_growth`` or more) a growth is made of when they are fewer than
+    :data:`MIN_RISES` and the series without them (each taken out of every later point)
+    no longer grows past ``min_growth`` significantly; 0 otherwise (a leak's steady
+    growth)."""
+    found = _rises(ry, STEP_FLOOR_SHARE * max(min_growth, 0.0))
+    rises = len(found)
     if not rises or rises >= MIN_RISES:
         return 0
+    jumps = {i for r in found for i in r}
     d = [b - a for a, b in zip(ry, ry[1:])]
     typical = median(d)
     flat, lift = [ry[0]], 0.0
