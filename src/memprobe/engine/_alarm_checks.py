@@ -6,8 +6,7 @@ the alarm's tiers, or without an alarm a :class:`TierFeed`'s)."""
 from __future__ import annotations
 
 import contextlib
-import gc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._checks import check_int
@@ -18,6 +17,7 @@ from ..leak._alarm import (
     LeakAlarm,
     OnLeak,
     check_leak_options,
+    collector_paused,
     check_oom_capture_hours,
 )
 from ..leak._alarm_capture import check_capture_option
@@ -171,7 +171,7 @@ class AlarmChecks:
             # Counts of live objects unconfirmed: the alarm confirms them itself, by a
             # collection before it alarms (LeakAlarm._garbage).
             options = {**alarm.options, "confirm_counts": False}
-            with _collector_paused():
+            with collector_paused():
                 report = self.report(**{**options, "sites": False})
                 if report.leaking and options.get("sites", True):
                     # Per-site and per-type verdicts, to name the culprits, only when a
@@ -214,25 +214,3 @@ class AlarmChecks:
             labels = {HOLDERS: "\n".join(map(str, culprits.holders))}
         return Sample(now, step, pid, values, labels)
 
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic collector off while a check judges and counts what it kept (back on
-    after, where the program had it on).
-
-    A check allocates enough to trigger the young generations' collections, which free
-    the program's cyclic garbage made since the last one: counted in the check's span,
-    that memory freed made what the check kept smaller by it, check after check, and the
-    resident size judged less it (memprobe's own memory) climbed. A healthy loop making
-    20 reference cycles per step lost ~80 KiB of "kept" per check and its resident size
-    alarmed as a native leak (tests/test_alarm_cycles.py). A check makes no cyclic
-    garbage of its own (a full collection right after one found none): its memory is
-    the same counted with the collector off.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
