@@ -17,8 +17,8 @@ from ..leak._alarm import (
     LeakAlarm,
     OnLeak,
     check_leak_options,
-    collector_paused,
     check_oom_capture_hours,
+    collector_paused,
 )
 from ..leak._alarm_capture import check_capture_option
 from ..leak._garbage import FullCollections
