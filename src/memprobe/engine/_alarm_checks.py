@@ -213,4 +213,3 @@ class AlarmChecks:
         if culprits is not None and culprits.holders:
             labels = {HOLDERS: "\n".join(map(str, culprits.holders))}
         return Sample(now, step, pid, values, labels)
-
