@@ -18,6 +18,7 @@ from ..leak._alarm import (
     OnLeak,
     check_leak_options,
     check_oom_capture_hours,
+    collector_paused,
 )
 from ..leak._alarm_capture import check_capture_option
 from ..leak._garbage import FullCollections
@@ -170,12 +171,13 @@ class AlarmChecks:
             # Counts of live objects unconfirmed: the alarm confirms them itself, by a
             # collection before it alarms (LeakAlarm._garbage).
             options = {**alarm.options, "confirm_counts": False}
-            report = self.report(**{**options, "sites": False})
-            if report.leaking and options.get("sites", True):
-                # Per-site and per-type verdicts, to name the culprits, only when a
-                # metric leaks: a healthy job's checks read a few series, not dozens.
-                report = self.report(**options)
-            self._count_check_retained(before, resident_bytes())
+            with collector_paused():
+                report = self.report(**{**options, "sites": False})
+                if report.leaking and options.get("sites", True):
+                    # Per-site and per-type verdicts, to name the culprits, only when a
+                    # metric leaks: a healthy job's checks read a few series, not dozens.
+                    report = self.report(**options)
+                self._count_check_retained(before, resident_bytes())
             judged = True
             alarm.check(report)
             self.check_values = alarm.check_values(self.prefix)

@@ -11,7 +11,7 @@ from operator import sub as _sub
 from .._sample import Number
 from ..keys import key_of, make_key
 from ..leak import _kinds
-from ..leak._alarm import check_memory_bytes
+from ..leak._alarm import check_memory_bytes, collector_paused
 from ..leak._garbage import FullCollections
 from ..leak._series import MEMRAY_ACTIVE, MEMRAY_OWN
 from ..leak._tiers import Tiers
@@ -168,9 +168,10 @@ class TierFeed:
             # A batch keeps memory only when it makes a series (its arrays): measured
             # then; the others leave what they found.
             makes = any(k not in self.tiers.series for k in batch)
-            before = check_memory_bytes() if makes else 0
-            self.tiers.add(batch)
-            after = check_memory_bytes() if makes else 0
+            with collector_paused():  # the program's garbage freed is not counted
+                before = check_memory_bytes() if makes else 0
+                self.tiers.add(batch)
+                after = check_memory_bytes() if makes else 0
             if before and after and after != before:
                 self.retained = max(0, self.retained + after - before)
                 self.retained_due = True
