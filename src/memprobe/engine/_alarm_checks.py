@@ -12,14 +12,9 @@ from typing import TYPE_CHECKING, Any
 from .._checks import check_int
 from .._jsonl_fields import HOLDERS
 from .._sample import Number, Sample
+from .._sitestats import collector_paused
 from ..keys import make_key
-from ..leak._alarm import (
-    LeakAlarm,
-    OnLeak,
-    check_leak_options,
-    check_oom_capture_hours,
-    collector_paused,
-)
+from ..leak._alarm import LeakAlarm, OnLeak, check_leak_options, check_oom_capture_hours
 from ..leak._alarm_capture import check_capture_option
 from ..leak._garbage import FullCollections
 from ._history import History

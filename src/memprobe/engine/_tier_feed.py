@@ -11,7 +11,8 @@ from operator import sub as _sub
 from .._sample import Number
 from ..keys import key_of, make_key
 from ..leak import _kinds
-from ..leak._alarm import check_memory_bytes, collector_paused
+from .._sitestats import collector_paused
+from ..leak._alarm import check_memory_bytes
 from ..leak._garbage import FullCollections
 from ..leak._series import MEMRAY_ACTIVE, MEMRAY_OWN
 from ..leak._tiers import Tiers

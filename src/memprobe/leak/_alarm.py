@@ -3,12 +3,11 @@ metric after K checks that each saw new evidence, and forecast the time to out-o
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Union
 
 from .._checks import check_int, hint
@@ -73,29 +72,6 @@ def check_memory_bytes() -> int:
     from ..probes.process import resident_bytes
 
     return resident_bytes()
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic collector off while memprobe's own memory is counted across its work
-    (a leak check, a batch of tiers), back on after where the program had it on.
-
-    Work that allocates runs the young generations' collections, which free the
-    program's cyclic garbage made since the last one: counted in that span, the memory
-    freed made what the work kept smaller by it, check after check, and the resident
-    size judged less it climbed. A healthy loop making 20 reference cycles per step lost
-    ~80 KiB of "kept" per check and alarmed on ``process/rss_bytes`` as a native leak
-    (tests/test_alarm_cycles.py). A check makes no cyclic garbage of its own (a full
-    collection right after one found none), so its memory is the same counted with the
-    collector off.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def check_oom_capture_hours(value: Any) -> float | None:
