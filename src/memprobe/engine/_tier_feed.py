@@ -9,9 +9,9 @@ from operator import itemgetter
 from operator import sub as _sub
 
 from .._sample import Number
+from .._sitestats import collector_paused
 from ..keys import key_of, make_key
 from ..leak import _kinds
-from .._sitestats import collector_paused
 from ..leak._alarm import check_memory_bytes
 from ..leak._garbage import FullCollections
 from ..leak._series import MEMRAY_ACTIVE, MEMRAY_OWN

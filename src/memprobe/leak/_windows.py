@@ -32,9 +32,8 @@ from ..keys import (
     split_site_key,
 )
 
-__all__ = ["EXPLAINED_SHARE", "WINDOW_KEYS", "WindowEvidence", "capture_evidence", "is_window_count",
-           "is_window_site",
-           "window_evidence"]
+__all__ = ["EXPLAINED_SHARE", "WINDOW_KEYS", "WindowEvidence", "capture_evidence",
+           "is_window_count", "is_window_site", "window_evidence"]
 
 #: Closed windows read (the latest): a site counts when it survives half of them.
 _WINDOWS = 5
