@@ -257,13 +257,13 @@ def test_failure_headline_and_summary_name_one_metric_in_one_wording(
 
 
 def test_top_and_frames_from_the_command_line_and_the_ini(pytester: pytest.Pytester) -> None:
+    # 60 calls: B's 10 KB per call passes the floor of 0.01% of the resident size in a
+    # pytest worker of 3 GiB (330 KB; 25 calls made 230 KB).
     pytester.makepyfile("""
         import tracemalloc
         import pytest
         A, B = [], []
 
-        # 60 calls: B's 10 KB per call passes the floor of 0.01% of the resident size in
-        # a pytest worker of 3 GiB (330 KB; 25 calls made 230 KB).
         @pytest.mark.memprobe_leak_check(repeats=60, max_growth_bytes="1 KB", warmup=2)
         def test_two_culprits():
             A.append(bytes(20_000))
