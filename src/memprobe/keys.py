@@ -277,17 +277,6 @@ def format_culprit(site: str) -> str:
     return site.replace("--", " → ")
 
 
-#: The end of a Python frame: ``app.py:12``, ``<string>:3``, ``string:3`` (in a key).
-_PYTHON_FRAME_END = re.compile(r":\d+$")
-
-
-def ends_in_c_frame(site: str) -> bool:
-    """Whether a site or culprit chain ends in a C function memray named
-    (``app.py:12 → leaky_alloc``, ``app.py:12--leaky_alloc``, ``leaky_alloc``), not in a
-    Python line (``app.py:12``, ``<string>:3``, ``app.py:12 → numpy/_core/numeric.py:232``)
-    or memray's ``unknown``."""
-    last = format_culprit(site).rsplit(" → ", 1)[-1].strip()
-    return bool(last) and last != "unknown" and not _PYTHON_FRAME_END.search(last)
 
 
 def first_frame(site: str) -> str:
@@ -301,6 +290,15 @@ def frame_line(frame: str) -> int | None:
     ``unknown``."""
     _, sep, line = frame.rpartition(":")
     return int(line) if sep and line.isdigit() else None
+
+
+def ends_in_c_frame(site: str) -> bool:
+    """Whether a site or culprit chain ends in a C function memray named
+    (``app.py:12 → leaky_alloc``, ``app.py:12--leaky_alloc``, ``leaky_alloc``), not in a
+    Python line (``app.py:12``, ``<string>:3``, ``app.py:12 → numpy/_core/numeric.py:232``)
+    or memray's ``unknown``."""
+    last = format_culprit(site).rsplit(" → ", 1)[-1].strip()
+    return bool(last) and last != "unknown" and frame_line(last) is None
 
 
 def format_site(filename: str, lineno: int) -> str:
