@@ -381,11 +381,14 @@ def analyze_samples(
         captured = _windows.capture_evidence(samples, prefix)
         if captured is not None:
             windows = (*windows, captured)
-    if any(e.probe == "tracemalloc" for e in windows):
+    windowed = any(e.probe == "tracemalloc" for e in windows)
+    if windowed:
         series.pop(key_of(prefix, _kinds.TRACED), None)
     shorts = {k: short_key(k, prefix) for k in series}
     wanted = tuple(metrics) if metrics is not None else DEFAULT_METRICS
-    if metrics is None and _kinds.FILTERED in shorts.values():
+    # Traced bytes read in windows are no continuous series: not judged, from the
+    # samples or from the given tiers (a Prober's, which keep them at every scale).
+    if windowed or (metrics is None and _kinds.FILTERED in shorts.values()):
         wanted = tuple(m for m in wanted if m != _kinds.TRACED)
     # The metrics the given tiers lack (a Prober without an alarm keeps the resident
     # sizes only) are judged at the scales of the samples given.
