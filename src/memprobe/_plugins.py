@@ -30,6 +30,7 @@ _BUILTINS = {
     "malloc": "memprobe.probes.malloc",
     "smaps": "memprobe.probes.smaps",
     "memray": "memprobe.probes.memray",
+    "heap": "memprobe.probes.heap",
 }
 #: An entry point that takes longer than this to import is reported (it is not stopped:
 #: an import cannot be interrupted safely in the importing process).

@@ -37,6 +37,8 @@ KINDS: Mapping[str, str] = {
 RESIDENT = ("rss_bytes", "uss_bytes", "pss_bytes")
 FILTERED = "tracemalloc/filtered_bytes"
 TRACED = "tracemalloc/traced_bytes"
+#: The sampled heap's estimate of Python's live bytes (the ``heap`` probe).
+HEAP = "heap/live_bytes"
 #: Live blocks of Python's small-object allocator (``gc`` probe, ``blocks=True``).
 BLOCKS = "gc/allocated_blocks"
 #: Counts of live objects (besides the objects probe's ``objects/...``).
@@ -48,7 +50,7 @@ OBJECT_COUNTS = ("objects/total_count", BLOCKS)
 #: only when ``tracemalloc/filtered_bytes`` is absent: traced bytes include
 #: memprobe's own allocations.
 #: The order reports list them in: whole-process memory first, then what explains it.
-_READING_ORDER = ("process", "tracemalloc", "objects", "gc", "malloc", "smaps")
+_READING_ORDER = ("process", "heap", "tracemalloc", "objects", "gc", "malloc", "smaps")
 DEFAULT_METRICS = tuple(sorted(
     judged_metrics(builtin_declarations()),
     key=lambda m: _READING_ORDER.index(split_short(m)[0])))
@@ -276,6 +278,15 @@ def classify(
     rate = v.slope_per_step
     if own is not None and own != "native":
         return own, (), KINDS[own]
+    heap = by_metric.get(HEAP)
+    if heap is not None and _grows(heap, EXPLAINED_SHARE * rate):
+        # The sampled heap sees every Python allocation, at any moment: when its live
+        # bytes grow by a share of the metric's growth, Python's allocations explain it,
+        # and its sites name where (no window or capture needed).
+        kind, culprits, note = _python(py_sites, types)
+        share = heap.slope_per_step / rate if rate > 0 else 1.0
+        return kind, culprits, (f"{note.split(':')[0]}: the sampled heap grows by "
+                                f"{min(share, 1.0):.0%} of it")
     if metric == "malloc/free_bytes":
         if _grows(by_metric.get("malloc/in_use_bytes"), 0.5 * rate):
             return _native(metric, rate, windows, "malloc's in-use bytes grow")
@@ -345,6 +356,9 @@ def classify(
     native = next((e for e in windows if e.probe == "memray"), None)
     if native is not None and native.explains(rate):
         return _native(metric, rate, windows, "")  # what memray's windows saw kept
+    if heap is not None and heap.status != "insufficient":
+        return _native(metric, rate, windows, "the sampled heap of Python's allocations "
+                       "does not grow with it")
     return None, (), _add_probes(by_metric)
 
 

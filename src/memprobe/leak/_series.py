@@ -139,11 +139,15 @@ def sample_series(samples: Iterable[Sample], prefix: str, keep: Callable[[str], 
 
 
 def site_probe(key: str, prefix: str) -> str | None:
-    """The probe of a ``top/<name>/size_bytes`` or ``top/<name>/count`` key, else None."""
+    """The probe of a per-site key judged as a site (``tracemalloc/top/<name>/size_bytes``,
+    the sampled heap's ``heap/top/<name>/live_bytes``; a site of Python's allocations:
+    ``"tracemalloc"``) or as a type (``objects/top/<name>/count``), else None."""
     found = split_site_key(key, prefix)
     if found is None or found[1].section != "top":
         return None
     probe, stat = found[0], found[1].stat
     if (probe, stat) in (("tracemalloc", "size_bytes"), ("objects", "count")):
         return probe
+    if (probe, stat) == ("heap", "live_bytes"):
+        return "tracemalloc"
     return None
