@@ -51,7 +51,8 @@ static PyMemAllocatorEx wrapped_mem, wrapped_obj;  /* the allocators we wrap */
 static PyMemAllocatorEx ours_mem, ours_obj;
 static int installed, sampling;
 static double interval = 512.0 * 1024.0;
-static double countdown;                 /* bytes before the next sample */
+/* Bytes before the next sample; when not sampling, so far off it is never reached. */
+static int64_t countdown = INT64_MAX;
 static uint64_t rng = 0x9E3779B97F4A7C15ULL;
 static int in_hook;                      /* re-entrancy guard (the GIL serializes) */
 
@@ -63,12 +64,23 @@ static int32_t *stack_index;             /* open addressing on hash; -1 = empty 
 static size_t stack_index_cap;
 static uint64_t dropped;                 /* samples not recorded: a table was full */
 
-static double draw(void)
+/* A counting filter in front of the sample table: a free looks the table up only
+ * when its pointer's slot counts a live sample. Pointers are 16-byte aligned, so
+ * (p >> 4) spreads neighbours; with L live samples a never-sampled pointer goes to
+ * the table with chance about L / FILTER_SLOTS (0.1% at 256 MiB live, 512 KiB). A
+ * slot that reaches 255 stays there (never a false "not sampled"). Zero pages until
+ * touched. */
+#define FILTER_SLOTS (1 << 18)
+static uint8_t filter[FILTER_SLOTS];
+static inline size_t fslot(uintptr_t p) { return (size_t)(p >> 4) & (FILTER_SLOTS - 1); }
+
+static int64_t draw(void)
 {
     /* xorshift64*, then an exponential variate of mean `interval`. */
     rng ^= rng >> 12; rng ^= rng << 25; rng ^= rng >> 27;
     double u = (double)((rng * 0x2545F4914F6CDD1DULL) >> 11) / 9007199254740992.0;
-    return -log(1.0 - u) * interval;
+    double d = -log(1.0 - u) * interval;
+    return d < 1.0 ? 1 : d > 1e15 ? (int64_t)1e15 : (int64_t)d;
 }
 
 static inline size_t ptr_slot(uintptr_t p, size_t cap)
@@ -89,6 +101,7 @@ static int samples_grow(void)
     Sample *old = samples, *fresh = calloc(cap, sizeof(Sample));
     if (!fresh) return -1;
     samples = fresh; samples_cap = cap; samples_live = 0;
+    memset(filter, 0, sizeof filter);   /* counted again as the records are put back */
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].ptr) samples_put(old[i]);
     free(old);
@@ -99,7 +112,11 @@ static void samples_put(Sample s)
 {
     size_t i = ptr_slot(s.ptr, samples_cap);
     while (samples[i].ptr && samples[i].ptr != s.ptr) i = (i + 1) & (samples_cap - 1);
-    if (!samples[i].ptr) samples_live++;
+    if (!samples[i].ptr) {
+        samples_live++;
+        uint8_t *f = &filter[fslot(s.ptr)];
+        if (*f < 255) (*f)++;
+    }
     samples[i] = s;
 }
 
@@ -107,13 +124,15 @@ static void samples_put(Sample s)
  * (the table is kept at most half full, so a miss costs about two probes). */
 static inline int samples_take(uintptr_t p, Sample *taken)
 {
-    if (samples_live == 0 || p == 0) return 0;
+    uint8_t *f = &filter[fslot(p)];
+    if (*f == 0) return 0;   /* the fast path of nearly every free */
     size_t mask = samples_cap - 1, i = ptr_slot(p, samples_cap);
     while (samples[i].ptr != p) {
         if (!samples[i].ptr) return 0;
         i = (i + 1) & mask;
     }
     if (taken) *taken = samples[i];
+    if (*f < 255) (*f)--;
     /* Backward-shift deletion keeps probe chains whole without tombstones: an entry
      * after the hole moves into it unless its home slot lies in (hole, entry]. */
     samples[i].ptr = 0; samples_live--;
@@ -229,8 +248,9 @@ static int record(uintptr_t ptr, size_t size, int32_t stack)
 /* The slow path, once per R bytes on average. */
 static void sample(void *ptr, size_t size)
 {
+    if (!sampling) { countdown = INT64_MAX; return; }
     countdown = draw();
-    if (!ptr) return;
+    if (!ptr || in_hook) return;
     in_hook = 1;   /* nothing below may re-enter, but be safe */
     Stack st;
     read_stack(&st);
@@ -250,15 +270,14 @@ static void *NAME##_malloc(void *ctx, size_t n)                                \
 {                                                                              \
     PyMemAllocatorEx *w = ctx;                                                 \
     void *p = w->malloc(w->ctx, n);                                            \
-    if (sampling && !in_hook && (countdown -= (double)n) <= 0) sample(p, n);   \
+    if ((countdown -= (int64_t)n) < 0) sample(p, n);                           \
     return p;                                                                  \
 }                                                                              \
 static void *NAME##_calloc(void *ctx, size_t k, size_t n)                      \
 {                                                                              \
     PyMemAllocatorEx *w = ctx;                                                 \
     void *p = w->calloc(w->ctx, k, n);                                         \
-    if (sampling && !in_hook && (countdown -= (double)k * (double)n) <= 0)     \
-        sample(p, k * n);                                                      \
+    if ((countdown -= (int64_t)(k * n)) < 0) sample(p, k * n);                 \
     return p;                                                                  \
 }                                                                              \
 static void *NAME##_realloc(void *ctx, void *old, size_t n)                    \
@@ -268,7 +287,7 @@ static void *NAME##_realloc(void *ctx, void *old, size_t n)                    \
     Sample was;                                                                \
     if (p && samples_take((uintptr_t)old, &was))                               \
         resample(was, p, n);   /* a sampled block keeps its stack as it moves */ \
-    else if (p && sampling && !in_hook && (countdown -= (double)n) <= 0)       \
+    else if (p && (countdown -= (int64_t)n) < 0)                               \
         sample(p, n);                                                          \
     return p;                                                                  \
 }                                                                              \
@@ -321,6 +340,7 @@ static int ours_in_place(void)
 static PyObject *hs_stop(PyObject *Py_UNUSED(mod), PyObject *Py_UNUSED(unused))
 {
     sampling = 0;
+    countdown = INT64_MAX;
     /* Unhook only if nobody (tracemalloc) hooked over us since: their wrapper
      * calls ours, which then stays as a pass-through. Records of live sampled
      * pointers are dropped: their frees go to the wrapped allocators either way. */
@@ -330,6 +350,7 @@ static PyObject *hs_stop(PyObject *Py_UNUSED(mod), PyObject *Py_UNUSED(unused))
         installed = 0;
     }
     if (samples) memset(samples, 0, samples_cap * sizeof(Sample));
+    memset(filter, 0, sizeof filter);
     samples_live = 0;
     stacks_clear();
     Py_RETURN_NONE;
@@ -401,7 +422,7 @@ static PyObject *hs_compact(PyObject *Py_UNUSED(mod), PyObject *Py_UNUSED(unused
 
 static PyObject *hs_stats(PyObject *Py_UNUSED(mod), PyObject *Py_UNUSED(unused))
 {
-    size_t own = samples_cap * sizeof(Sample)
+    size_t own = sizeof filter + samples_cap * sizeof(Sample)
         + (stacks ? MAX_STACKS * sizeof(Stack) + stack_index_cap * sizeof(int32_t) : 0);
     return Py_BuildValue("{s:O,s:O,s:n,s:n,s:d,s:n,s:K}",
                          "sampling", sampling ? Py_True : Py_False,
