@@ -1,10 +1,13 @@
 """memprobe_rllib: memory probes and live leak verdicts for RLlib, on both API stacks.
 
+```pycon
 >>> from memprobe_rllib import MemoryProbeCallback           # doctest: +SKIP
 >>> config.callbacks(MemoryProbeCallback)                    # doctest: +SKIP
 >>> config.callbacks(MemoryProbeCallback.configure(diagnose=True, jsonl="logs/"))  # doctest: +SKIP
 >>> check_rllib_leaks(config).suspects                      # doctest: +SKIP
 {}
+
+```
 
 Needs Ray (``pip install "memprobe[rllib]"``); ``memprobe`` itself never imports
 it. Ray is imported only when :class:`MemoryProbeCallback` is first looked up.
