@@ -9,7 +9,7 @@
 
 ```
 
-Needs Ray (``pip install "memprobe[rllib]"``); ``memprobe`` itself never imports
+Needs Ray (``pip install "pymemprobe[rllib]"``); ``memprobe`` itself never imports
 it. Ray is imported only when :class:`MemoryProbeCallback` is first looked up.
 See ``docs/rllib.md`` for the keys, their reduce and the cost of each mode.
 """
@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-_INSTALL = 'pip install "memprobe[rllib]"'
+_INSTALL = 'pip install "pymemprobe[rllib]"'
 
 
 def _find_spec(name: str, path: Sequence[str] | None) -> Any:

@@ -128,7 +128,7 @@ def plot(runs: dict[str, list[memprobe.Sample]], path: str) -> str:
         import matplotlib.ticker
         import numpy as np
     except ImportError:
-        return 'no plot: matplotlib is not installed (pip install "memprobe[plot]")'
+        return 'no plot: matplotlib is not installed (pip install "pymemprobe[plot]")'
     # The driver samples once per train() iteration (step = the iteration): its sample
     # times place every other process's samples on the iteration axis.
     driver = next((s for n, s in runs.items() if _who(n) == "driver"), [])
