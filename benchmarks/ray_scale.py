@@ -1,7 +1,7 @@
 """memprobe's Ray metrics export at scale: many probed actors on one machine.
 
 Run: ``python benchmarks/ray_scale.py [--actors 8,32,64] [--samples 60]`` (needs
-``memprobe[ray]``). It starts a local Ray with a metrics export port and, for
+``pymemprobe[ray]``). It starts a local Ray with a metrics export port and, for
 each actor count and each key mode, that many actors (``num_cpus=0``, so they
 all fit), each with a :class:`memprobe.Prober` and a
 :class:`memprobe_ray.RayMetricsSink`. Every actor takes ``--samples`` samples;

@@ -162,7 +162,7 @@ def _component_error() -> BaseException:
 
 def _ray_metrics_unavailable() -> BaseException:
     memprobe_ray = pytest.importorskip("memprobe_ray")
-    return memprobe_ray.RayMetricsUnavailable('needs ray[default]: pip install "memprobe[ray]"')
+    return memprobe_ray.RayMetricsUnavailable('needs ray[default]: pip install "pymemprobe[ray]"')
 
 
 def _cli_error() -> BaseException:

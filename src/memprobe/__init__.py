@@ -1,10 +1,13 @@
 """memprobe: pluggable memory probes for Python loops.
 
+```pycon
 >>> import memprobe
 >>> with memprobe.Prober(probes=["process", "gc"]) as prober:
 ...     values = prober.sample(step=0)
 >>> "memprobe/process/rss_bytes" in values
 True
+
+```
 """
 
 from typing import TYPE_CHECKING, Any

@@ -81,8 +81,11 @@ def pattern_key(prefix: str, probe: str, pattern: str) -> str:
 def split_key(key: str, prefix: str) -> KeyParts:
     """Take ``key`` apart, given the prefix it was built with.
 
+    ```pycon
     >>> split_key("memprobe/driver/process/rss_bytes", "memprobe/driver")
     KeyParts(prefix='memprobe/driver', probe='process', metric='rss_bytes')
+
+    ```
 
     :raises ValueError: ``key`` does not start with ``prefix`` or has no metric.
     """
@@ -104,9 +107,12 @@ def short_key(key: str, prefix: str) -> str:
 def infer_prefix(keys: Iterable[str]) -> str | None:
     """The prefix of a sample's keys, from the :data:`SAMPLE_SECONDS` key every sample has.
 
+    ```pycon
     >>> infer_prefix(["memprobe/driver/process/rss_bytes",
     ...               "memprobe/driver/overhead/sample_seconds"])
     'memprobe/driver'
+
+    ```
 
     ``None`` when no key ends in it (not a Prober's sample).
     """
@@ -126,10 +132,13 @@ def site_name(metric: str, sections: Collection[str] = SITE_SECTIONS) -> str | N
     ``top``, ``growth`` and ``survivors``; the RLlib adapter's leak keys name their
     culprits as ``culprit/<name>/rate_per_hour``.
 
+    ```pycon
     >>> site_name("top/train.py:12/size_bytes")
     'train.py:12'
     >>> site_name("culprit/env.py:40/rate_per_hour", sections=("culprit",))
     'env.py:40'
+
+    ```
     """
     section, sep, rest = metric.partition("/")
     if not sep or section not in sections:
@@ -150,8 +159,11 @@ class SiteParts(NamedTuple):
 def split_site(metric: str, sections: Collection[str] = SITE_SECTIONS) -> SiteParts | None:
     """The parts of ``<section>/<name>/<stat>`` (a metric, without probe), else ``None``.
 
+    ```pycon
     >>> split_site("survivors/env.py:40/size_bytes")
     SiteParts(section='survivors', name='env.py:40', stat='size_bytes')
+
+    ```
     """
     name = site_name(metric, sections)
     if name is None:
@@ -163,8 +175,11 @@ def split_site(metric: str, sections: Collection[str] = SITE_SECTIONS) -> SitePa
 def split_site_key(key: str, prefix: str) -> tuple[str, SiteParts] | None:
     """``(probe, parts)`` of a per-site key written under ``prefix``, else ``None``.
 
+    ```pycon
     >>> split_site_key("memprobe/tracemalloc/top/env.py:40/count", "memprobe")
     ('tracemalloc', SiteParts(section='top', name='env.py:40', stat='count'))
+
+    ```
     """
     head = prefix_path(prefix)
     if not key.startswith(head):

@@ -76,8 +76,11 @@ def autocorrelation_factor(
     garbage ramps until a collection): without the correction a step or a
     sawtooth reads as a "significant" slope. Never below 1.
 
+    ```pycon
     >>> autocorrelation_factor(range(6), [0, 1, 0, 1, 0, 1], 0.0) >= 1.0
     True
+
+    ```
     """
     n = len(xs)
     if n < 4:
@@ -149,8 +152,11 @@ def theil_sen(
         ``median(y - slope * x)``. Pairs with equal x are skipped. The interval
         uses Kendall's S variance with the tie correction for y.
 
+    ```pycon
     >>> theil_sen([0, 1, 2, 3], [1, 3, 5, 7])[:2]
     (2.0, 2.0)
+
+    ```
     """
     n = len(xs)
     slopes = _sorted_slopes(xs, ys)

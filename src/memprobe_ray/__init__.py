@@ -11,7 +11,7 @@ One Prober's samples, in any Ray process::
 Every node's JSONL (each process's, in the node's session log directory), in one report
 from anywhere in the cluster: ``memprobe report --ray`` or :func:`report`.
 
-Needs ``ray[default]`` (``pip install "memprobe[ray]"``): without it Ray's
+Needs ``ray[default]`` (``pip install "pymemprobe[ray]"``): without it Ray's
 metrics agent exports nothing. Importing this package needs only memprobe.
 """
 

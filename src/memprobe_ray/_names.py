@@ -70,6 +70,7 @@ def _with_unit(name: str, unit: str) -> str:
 def prom_metric(probe: str, metric: str, declared: Metric) -> PromMetric:
     """The Prometheus name and kind of ``<probe>/<metric>`` declared as ``declared``.
 
+    ```pycon
     >>> from memprobe.metrics import Metric
     >>> prom_metric("process", "rss_bytes", Metric("rss", "bytes"))[:3]
     ('memprobe_process_rss_bytes', 'gauge', None)
@@ -77,6 +78,8 @@ def prom_metric(probe: str, metric: str, declared: Metric) -> PromMetric:
     ('memprobe_tracemalloc_top_items', 'gauge', 'a.py:3')
     >>> prom_metric("errors", "gc", Metric("failures", "count", "counter"))[:3]
     ('memprobe_errors_gc_total', 'counter', None)
+
+    ```
     """
     site = site_name(metric)
     parts = metric_path(metric)

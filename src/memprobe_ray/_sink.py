@@ -30,7 +30,7 @@ from ._names import PromMetric, prom_metric
 #: The tags every memprobe series carries.
 TAG_KEYS = ("role", "name", "index", "node")
 #: The install hint the missing-extra error gives.
-EXTRA_HINT = 'pip install "memprobe[ray]"'
+EXTRA_HINT = 'pip install "pymemprobe[ray]"'
 #: How many culprits (sites or types) of a leak verdict are exported, ranked 1..N.
 MAX_CULPRITS = 3
 #: The leak gauges with a tag: a culprit's rank, an alarmed count metric's rate.

@@ -337,9 +337,12 @@ def setup() -> None:
 def setup_hook(**options: Any) -> Callable[[], None]:
     """A worker setup hook with these sampler options (see :func:`start_sampler`).
 
+    ```pycon
     >>> hook = setup_hook(interval_seconds=1.0)
     >>> callable(hook)
     True
+
+    ```
     """
     unknown = sorted(set(options) - set(DEFAULTS))
     if unknown:

@@ -2,7 +2,7 @@
 
 Found through the ``memprobe`` entry-point group, so that
 ``Prober(sinks={"ray_metrics": {"role": "env_runner", "index": 1}})`` works
-wherever ``memprobe[ray]`` is installed.
+wherever ``pymemprobe[ray]`` is installed.
 """
 
 from __future__ import annotations

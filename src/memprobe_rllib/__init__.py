@@ -1,12 +1,15 @@
 """memprobe_rllib: memory probes and live leak verdicts for RLlib, on both API stacks.
 
+```pycon
 >>> from memprobe_rllib import MemoryProbeCallback           # doctest: +SKIP
 >>> config.callbacks(MemoryProbeCallback)                    # doctest: +SKIP
 >>> config.callbacks(MemoryProbeCallback.configure(diagnose=True, jsonl="logs/"))  # doctest: +SKIP
 >>> check_rllib_leaks(config).suspects                      # doctest: +SKIP
 {}
 
-Needs Ray (``pip install "memprobe[rllib]"``); ``memprobe`` itself never imports
+```
+
+Needs Ray (``pip install "pymemprobe[rllib]"``); ``memprobe`` itself never imports
 it. Ray is imported only when :class:`MemoryProbeCallback` is first looked up.
 See ``docs/rllib.md`` for the keys, their reduce and the cost of each mode.
 """
@@ -17,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-_INSTALL = 'pip install "memprobe[rllib]"'
+_INSTALL = 'pip install "pymemprobe[rllib]"'
 
 
 def _find_spec(name: str, path: Sequence[str] | None) -> Any:

@@ -130,7 +130,7 @@ class CallbackOptions:
     :ivar time_limit_seconds: every probe's time limit, as :class:`memprobe.Prober`'s.
     :ivar ray_metrics: also export every process's samples and leak verdicts to
         Prometheus through Ray's metrics (:func:`memprobe_ray.rllib_sink`; needs
-        ``pip install "memprobe[ray]"``), beside the JSONL.
+        ``pip install "pymemprobe[ray]"``), beside the JSONL.
     """
 
     probes: Any = None

@@ -93,7 +93,7 @@ def ray_sink_of(prober: memprobe.Prober) -> Any:
 def ray_metrics_plugin(pm: Any) -> None:
     """Register memprobe_ray's sink plugin in ``pm`` (entry points may be off or absent).
 
-    :raises ConfigError: naming ``pip install "memprobe[ray]"`` when Ray's metrics
+    :raises ConfigError: naming ``pip install "pymemprobe[ray]"`` when Ray's metrics
         cannot export here.
     """
     try:
@@ -102,8 +102,8 @@ def ray_metrics_plugin(pm: Any) -> None:
 
         memprobe_ray.require_ray_metrics()
     except ImportError as exc:
-        raise ConfigError("ray_metrics", str(exc) if "memprobe[ray]" in str(exc) else
-                          f'needs memprobe_ray: pip install "memprobe[ray]" ({exc})') from None
+        raise ConfigError("ray_metrics", str(exc) if "pymemprobe[ray]" in str(exc) else
+                          f'needs memprobe_ray: pip install "pymemprobe[ray]" ({exc})') from None
     if not pm.is_registered(plugin) and pm.get_plugin("ray_metrics") is None:
         pm.register(plugin, name="memprobe_ray.plugin")
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import argparse
 import glob
+import inspect
 import logging
+import math
 import os
 import shlex
 import sys
@@ -36,6 +38,11 @@ PLAIN = {
     "ok": "flat",
     "insufficient": "not enough samples for a verdict",
 }
+#: What a process's EnvRunner columns say when RLlib reduced its memprobe keys to NaN:
+#: no EnvRunner reported them before ``sample()`` timed out.
+TIMED_OUT = "no sample this iteration (timed out)"
+#: The command the README gives for the demo; ``-- --iterations N`` is appended.
+DEMO_COMMAND = "python3 -m nox -s demo --"
 
 
 class LeakyCartPole:
@@ -89,12 +96,94 @@ def _rss_key(samples: Sequence[memprobe.Sample]) -> str | None:
     return key if key in samples[0].values else None
 
 
+def samples_for_a_verdict(options: dict[str, Any] | None = None) -> int:
+    """Samples a process needs for a verdict under the live alarm's ``options``
+    (default ``CallbackOptions.alarm_options``): ``min_points``, twice that with
+    ``warmup="auto"`` (fewer cannot tell a growth from a warm-up)."""
+    opts = CallbackOptions().alarm_options if options is None else options
+    defaults = inspect.signature(memprobe.analyze).parameters
+    min_points = opts.get("min_points", defaults["min_points"].default)
+    warmup = opts.get("warmup", defaults["warmup"].default)
+    return 2 * min_points if warmup == "auto" else min_points
+
+
+def _counted(samples: Sequence[memprobe.Sample]) -> int:
+    key = _rss_key(samples)
+    return 0 if key is None else sum(key in s.values for s in samples)
+
+
+def iterations_for_a_verdict(runs: dict[str, list[memprobe.Sample]], iterations: int,
+                             needed: int | None = None) -> int | None:
+    """The ``--iterations`` that give every process in ``runs`` (written in
+    ``iterations`` train() iterations) a verdict, or ``None`` when each has enough
+    samples already. The driver samples once per iteration; an EnvRunner at each
+    episode end, counted at the rate it had."""
+    needed = samples_for_a_verdict() if needed is None else needed
+    most = None
+    for name, samples in runs.items():
+        have = _counted(samples)
+        if have >= needed:
+            continue
+        per_iteration = 1.0 if _who(name) == "driver" else max(have, 1) / max(iterations, 1)
+        more = iterations + math.ceil((needed - have) / per_iteration)
+        most = more if most is None else max(most, more)
+    return most
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float, or ``None`` when missing or not finite (RLlib reduces a
+    key that no EnvRunner reported in time to NaN, and NaN is truthy)."""
+    if value is None or isinstance(value, (str, bytes, bool)):
+        return None
+    try:
+        number = float(value)  # numpy's scalars too
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def iteration_line(it: int, seconds: float, result: dict[str, Any]) -> str:
+    """The demo's line for train() iteration ``it`` from its ``result``: return, driver
+    rss, EnvRunner rss, leak alarm. A missing or NaN value prints as ``-``; an EnvRunner
+    whose values are NaN says it had no sample this iteration."""
+    er = result.get("env_runners") or {}
+    ret = _finite(er.get("episode_return_mean"))
+    driver = _finite(result.get("memprobe/driver/process/rss_bytes"))
+    runner = _finite(er.get("memprobe/process/rss_bytes"))
+    alarm = "none"
+    if runner is None:
+        alarm = TIMED_OUT
+    elif _finite(er.get("memprobe/leak/suspect")):
+        rate = _finite(er.get("memprobe/leak/rate_per_hour"))
+        where = culprit_of(er)
+        alarm = ("EnvRunner 1 " + (f"{rate / MIB:+.0f} MiB/hour" if rate is not None
+                                   else "suspects a leak")
+                 + (f" at {where}" if where else ""))
+    return (f"{it:>2} {seconds:>5.1f}s " + (f"{ret:>7.1f}" if ret is not None else f"{'-':>7}")
+            + (f" | {driver / MIB:>6.0f} MiB" if driver is not None else f" | {'-':>10}")
+            + (f" | {runner / MIB:>9.0f} MiB" if runner is not None else f" | {'-':>13}")
+            + f" | {alarm}")
+
+
+def run_longer(runs: dict[str, list[memprobe.Sample]], iterations: int,
+               leak: bool = False) -> list[str]:
+    """The demo's last lines when a process has too few samples for a verdict: the
+    exact command that gives one. Empty when every process has enough."""
+    more = iterations_for_a_verdict(runs, iterations)
+    if more is None:
+        return []
+    return [f"a verdict needs {samples_for_a_verdict()} samples per process; "
+            "for one on every process, run longer:",
+            f"  {DEMO_COMMAND} --iterations {more}" + (" --leak" if leak else "")]
+
+
 def summary(runs: dict[str, list[memprobe.Sample]]) -> list[str]:
     """One line per process: rss at the start and the end, growth, verdict, culprit.
 
     The verdict is the live alarm's: the same options (``CallbackOptions.alarm_options``).
     """
     lines = [f"{'process':<14}{'start':>10}{'end':>10}{'growth':>10}  verdict"]
+    needed = samples_for_a_verdict()
     for name, samples in runs.items():
         key = _rss_key(samples)
         if key is None:
@@ -105,6 +194,8 @@ def summary(runs: dict[str, list[memprobe.Sample]]) -> list[str]:
         verdict = report.verdicts.get(key)
         status = verdict.status if verdict is not None else "insufficient"
         words = PLAIN.get(status, status)
+        if status == "insufficient":
+            words += f" ({len(have)} of {needed} samples)"
         if verdict is not None and verdict.leak and verdict.rate_per_hour is not None:
             words += f" at {verdict.rate_per_hour / MIB:+.0f} MiB/hour"
         leaks = report.leaks
@@ -128,7 +219,7 @@ def plot(runs: dict[str, list[memprobe.Sample]], path: str) -> str:
         import matplotlib.ticker
         import numpy as np
     except ImportError:
-        return 'no plot: matplotlib is not installed (pip install "memprobe[plot]")'
+        return 'no plot: matplotlib is not installed (pip install "pymemprobe[plot]")'
     # The driver samples once per train() iteration (step = the iteration): its sample
     # times place every other process's samples on the iteration axis.
     driver = next((s for n, s in runs.items() if _who(n) == "driver"), [])
@@ -204,16 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         for it in range(1, args.iterations + 1):
             t1 = time.perf_counter()
             r = algo.train()
-            er = r["env_runners"]
-            alarm = "none"
-            if er.get("memprobe/leak/suspect"):
-                where = culprit_of(er)
-                alarm = (f"EnvRunner 1 {er['memprobe/leak/rate_per_hour'] / MIB:+.0f} MiB/hour"
-                         + (f" at {where}" if where else ""))
-            seconds = time.perf_counter() - t1
-            print(f"{it:>2} {seconds:>5.1f}s {er.get('episode_return_mean', 0):>7.1f}"
-                  f" | {r['memprobe/driver/process/rss_bytes'] / MIB:>6.0f} MiB"
-                  f" | {er['memprobe/process/rss_bytes'] / MIB:>9.0f} MiB | {alarm}")
+            print(iteration_line(it, time.perf_counter() - t1, r))
     finally:
         algo.stop()
         if own_ray:
@@ -229,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     print("the full report:\n  "
           f"{shlex.quote(sys.executable)} -m memprobe report {where}/*.jsonl "
           f"--html {where}/report.html")
+    for line in run_longer(runs, args.iterations, leak=args.leak):
+        print(line)
     return 0
 
 

@@ -1,9 +1,12 @@
 """An offline leak check of RLlib's new API stack, in the spirit of RLlib's ``check_memory_leaks``.
 
+```pycon
 >>> from memprobe_rllib import check_rllib_leaks                  # doctest: +SKIP
 >>> result = check_rllib_leaks(PPOConfig().environment("CartPole-v1"))  # doctest: +SKIP
 >>> result.leak, result.suspects                                  # doctest: +SKIP
 (False, {})
+
+```
 
 RLlib's own ``ray.rllib.utils.debug.check_memory_leaks`` needs the old API
 stack (a RolloutWorker, a Policy). This one builds a ``SingleAgentEnvRunner``

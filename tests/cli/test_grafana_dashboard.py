@@ -61,5 +61,5 @@ def test_without_memprobe_ray_one_line(tmp_path: Path) -> None:
     r = run("grafana-dashboard", cwd=tmp_path, code=code)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and 'pip install "memprobe[ray]"' in lines[0], r.stderr
+    assert len(lines) == 1 and 'pip install "pymemprobe[ray]"' in lines[0], r.stderr
     assert r.stdout == ""

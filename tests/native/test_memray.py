@@ -154,7 +154,7 @@ def test_without_memray_the_probe_is_disabled_with_one_warning(monkeypatch):
     monkeypatch.setitem(sys.modules, "memray", None)  # import memray raises ImportError
     prober = memprobe.Prober(probes=["memray"], load_entrypoints=False)
     with pytest.warns(memprobe.ProbeFailedWarning, match=r"memray is not installed: "
-                      r"pip install 'memprobe\[native\]'"):
+                      r"pip install 'pymemprobe\[native\]'"):
         prober.start()
     try:
         values = prober.sample(force=True)

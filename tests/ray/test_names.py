@@ -78,7 +78,7 @@ def test_without_ray_default_a_one_line_error_names_the_extra():
     assert r.returncode != 0
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("memprobe_ray._sink.RayMetricsUnavailable: ")
-    assert 'pip install "memprobe[ray]"' in last and "aiohttp" in last
+    assert 'pip install "pymemprobe[ray]"' in last and "aiohttp" in last
 
 
 def test_the_dashboard_command_writes_the_dashboard(tmp_path, capsys):

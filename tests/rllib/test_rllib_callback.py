@@ -203,7 +203,7 @@ def test_ray_metrics_without_ray_default_is_one_clear_error():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 1, r.stdout + r.stderr
-    assert lines[0].startswith("ray_metrics: ") and 'pip install "memprobe[ray]"' in lines[0]
+    assert lines[0].startswith("ray_metrics: ") and 'pip install "pymemprobe[ray]"' in lines[0]
     with pytest.raises(memprobe.ConfigError, match="ray_metrics"):
         MemoryProbeCallback.configure(ray_metrics="yes")
 

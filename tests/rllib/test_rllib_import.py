@@ -47,7 +47,7 @@ def test_import_without_ray_or_rllib_says_how_to_install(blocked):
     out = _import_with(blocked)
     lines = out.splitlines()
     assert lines[0].startswith(f"ImportError: {blocked} | "), out
-    assert 'pip install "memprobe[rllib]"' in lines[0]
+    assert 'pip install "pymemprobe[rllib]"' in lines[0]
     assert f"{blocked} cannot be imported" in lines[0]
     assert lines[0].endswith("| True"), out  # one error, not one chained to a bare one
     assert lines[1] == "ray imported: False", out  # the check itself imports nothing
@@ -65,4 +65,4 @@ def test_rllib_without_one_of_its_dependencies_says_how_to_install():
     first = out.splitlines()[0]
     assert first.startswith("ImportError: gymnasium | memprobe_rllib.MemoryProbeCallback needs"
                             " Ray RLlib and its dependencies"), out
-    assert 'pip install "memprobe[rllib]"' in first
+    assert 'pip install "pymemprobe[rllib]"' in first

@@ -186,7 +186,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     check_outputs(outputs, [("input", f) for f in args.files])
     plt = pyplot() if outputs else None
     if args.plot and plt is None:
-        raise CliError("--plot needs matplotlib: pip install 'memprobe[plot]'")
+        raise CliError("--plot needs matplotlib: pip install 'pymemprobe[plot]'")
     def warn(message: str) -> None:
         print(f"{PROG}: warning: {safe(message, 1000)}", file=sys.stderr)
 
@@ -301,7 +301,7 @@ def cmd_grafana_dashboard(args: argparse.Namespace) -> int:
     try:
         from memprobe_ray.dashboard import dashboard_json
     except ImportError as exc:
-        raise CliError(f'grafana-dashboard needs memprobe_ray: pip install "memprobe[ray]" '
+        raise CliError(f'grafana-dashboard needs memprobe_ray: pip install "pymemprobe[ray]" '
                        f"({exc})") from None
     text = json.dumps(dashboard_json(), indent=2) + "\n"
     if args.output:

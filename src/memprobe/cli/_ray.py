@@ -35,7 +35,7 @@ def cmd_report_ray(args: argparse.Namespace,
         import memprobe_ray.logs as ray_logs
         import ray  # noqa: F401  (the state API below needs it)
     except ImportError as exc:
-        raise CliError(f'--ray needs Ray: pip install "memprobe[ray]" ({exc})') from None
+        raise CliError(f'--ray needs Ray: pip install "pymemprobe[ray]" ({exc})') from None
     address = args.ray or None
     tty = sys.stderr.isatty()
 

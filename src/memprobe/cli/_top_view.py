@@ -2,7 +2,7 @@
 
 On a terminal the table is drawn again every ``--interval`` seconds until ``q``
 (or Ctrl-C), with `rich <https://github.com/Textualize/rich>`_ when it is
-installed (``pip install "memprobe[top]"``), else as plain text. When stdout
+installed (``pip install "pymemprobe[top]"``), else as plain text. When stdout
 is not a terminal (a pipe, a file), or with ``--once``, one snapshot is
 printed and the command exits.
 
@@ -54,7 +54,7 @@ class _Ray:
         try:
             import memprobe_ray.logs as ray_logs
         except ImportError as exc:
-            raise CliError(f'--ray needs Ray: pip install "memprobe[ray]" ({exc})') from None
+            raise CliError(f'--ray needs Ray: pip install "pymemprobe[ray]" ({exc})') from None
         self.read_tails = ray_logs.read_tails
         self.address = address
         self.files = 0

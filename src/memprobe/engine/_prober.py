@@ -50,11 +50,14 @@ _get_ident = threading.get_ident
 class Prober:
     """Runs memory probes around any Python loop.
 
+    ```pycon
     >>> with Prober(probes=["process", "gc"]) as prober:
     ...     for i in range(3):
     ...         values = prober.sample(step=i)
     >>> values["memprobe/process/rss_bytes"] > 0
     True
+
+    ```
 
     :param probes: probe names, or ``{name: options}``. Besides its own options
         each probe takes ``every`` and ``interval_seconds``. Default: process and gc.
@@ -420,11 +423,14 @@ class Prober:
         """A labelled span: a sample at entry and at exit (every probe), and every
         sample taken inside labelled with it.
 
+        ```pycon
         >>> from memprobe import Prober
         >>> with Prober(probes=["gc"]) as prober, prober.phase("eval"):
         ...     values = prober.sample(step=1)
         >>> [(m.label, m.kind) for m in prober.marks]
         [('eval', 'start'), ('eval', 'end')]
+
+        ```
 
         :param step: the step of the entry and exit samples; default: the latest.
         """

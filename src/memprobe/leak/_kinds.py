@@ -143,7 +143,7 @@ def native_hint(windows: Sequence[WindowEvidence] = ()) -> str:
         installed = False
     if installed:
         return CAPTURE_NATIVE_HINT
-    return 'pip install "memprobe[native]"; then ' + CAPTURE_NATIVE_HINT
+    return 'pip install "pymemprobe[native]"; then ' + CAPTURE_NATIVE_HINT
 
 
 def _native(metric: str, rate: float, windows: Sequence[WindowEvidence],

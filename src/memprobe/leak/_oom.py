@@ -151,8 +151,11 @@ def oom_headroom(ray: bool | None = None) -> Headroom | None:
 def hours_to_oom(headroom_bytes: float, rate_per_hour: float | None) -> float | None:
     """Hours until ``headroom_bytes`` is used up at ``rate_per_hour``; None when not growing.
 
+    ```pycon
     >>> hours_to_oom(1 << 30, 512 << 20)
     2.0
+
+    ```
     """
     if rate_per_hour is None or not rate_per_hour > 0:
         return None

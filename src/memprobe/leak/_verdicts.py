@@ -1,11 +1,14 @@
 """Verdicts: turn a metric's history into a status, a kind of growth and a culprit.
 
+```pycon
 >>> xs = list(range(100))
 >>> v = analyze(xs, [1000 + 64 * x for x in xs], key="rss_bytes")
 >>> v.status, v.slope_per_step
 ('leak', 64.0)
 >>> analyze(xs, [1000 + (x % 7) for x in xs]).status
 'ok'
+
+```
 
 A series is judged after its warm-up (:func:`memprobe.trend.auto_warmup`). Its
 trend is *significant* when the lower bound of the slope's interval is above

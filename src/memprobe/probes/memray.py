@@ -1,6 +1,6 @@
 """``memray``: native allocation sites still alive at the end of a tracking window.
 
-memray (``pip install memprobe[native]``, Linux and macOS wheels) intercepts
+memray (``pip install pymemprobe[native]``, Linux and macOS wheels) intercepts
 ``malloc``, ``mmap`` and their kin in every loaded library and records each
 allocation with its Python stack, and with ``native_traces=True`` its C stack.
 This probe opens a memray tracking window on a schedule, like the windowed
@@ -48,7 +48,7 @@ def _memray() -> Any:
         import memray
     except ImportError:
         raise ProbeError(
-            "memray", "memray is not installed: pip install 'memprobe[native]' (or memray)"
+            "memray", "memray is not installed: pip install 'pymemprobe[native]' (or memray)"
         ) from None
     return memray
 
@@ -302,7 +302,7 @@ def ranked_sites(sites: Iterable[NativeSite], top: int) -> SiteMap:
 class MemrayProbe:
     """Native allocation sites alive at the end of a memray tracking window (optional).
 
-    Needs memray (``pip install 'memprobe[native]'``); without it ``start()``
+    Needs memray (``pip install 'pymemprobe[native]'``); without it ``start()``
     raises a :class:`~memprobe.ProbeError` saying so, and the Prober disables
     the probe with one warning. Tracking runs for ``window_steps`` of every
     ``period_steps`` samples of this probe: at sample ``k*P`` a window opens,

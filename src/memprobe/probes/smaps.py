@@ -31,8 +31,11 @@ _ROLLUP = {
 def parse_kb_fields(text: bytes, fields: dict[bytes, str]) -> dict[str, int]:
     """``{metric: bytes}`` for the ``Name:   123 kB`` lines of ``text`` named in ``fields``.
 
+    ```pycon
     >>> parse_kb_fields(b"Rss:  12 kB\\nPss:  3 kB\\n", {b"Rss": "rss_bytes"})
     {'rss_bytes': 12288}
+
+    ```
     """
     out: dict[str, int] = {}
     for line in text.splitlines():

@@ -27,7 +27,7 @@ Without editing tests (command line, else the ini file):
 - ``--memprobe-frames=N`` / ``memprobe_frames``: frames traced per allocation (16);
 - ``--memprobe-top=N`` / ``memprobe_top``: sites listed per failing test (10);
 - ``--memprobe-native`` / ``memprobe_native``: a failing leak check also lists the
-  native (C) sites, from a memray window (needs ``memprobe[native]``);
+  native (C) sites, from a memray window (needs ``pymemprobe[native]``);
 - ``--memprobe-allow=PATTERN`` (repeatable) / ``memprobe_allow`` (one per line):
   culprits (``file:line`` or type patterns, fnmatch) reported but not failing;
 - ``--memprobe-off``: judge nothing; the markers stay registered.
@@ -82,7 +82,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="allocation sites listed per failing test (default: ini memprobe_top, else 10)")
     add("--memprobe-native", action="store_true", default=False,
         help="a failing leak check also lists native (C) sites from memray "
-        "(needs memprobe[native])")
+        "(needs pymemprobe[native])")
     add("--memprobe-allow", action="append", default=None, metavar="PATTERN",
         help="a culprit (file:line or type, fnmatch pattern) reported but not failing; "
         "repeatable")
@@ -122,7 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
             import memray  # noqa: F401
         except ImportError:
             raise pytest.UsageError(
-                "--memprobe-native: memray is not installed: pip install 'memprobe[native]'"
+                "--memprobe-native: memray is not installed: pip install 'pymemprobe[native]'"
             ) from None
     config.stash[_SETTINGS] = s
     config.pluginmanager.register(_SessionSummary(), "memprobe-session-summary")
