@@ -113,7 +113,7 @@ def test_reader_skips_bad_lines_in_the_middle(tmp_path) -> None:
         "not json at all",
         '{"time": 1, "step": 1, "pid": 1}',  # no values
         '{"time": 1, "step": 1, "pid": 1, "values": {"k": "1"}}',  # a str value
-        '{"time": 1, "step": 1.5, "pid": 1, "values": {}}',  # a float step
+        '{"time": 1, "step": true, "pid": 1, "values": {}}',  # a bool step
         "[1, 2, 3]",
         '{"time": 1, "step": 1, "pid": 1, "values": {"k": NaN}}',
         "\x00\x00\x00",

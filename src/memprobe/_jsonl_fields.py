@@ -12,6 +12,8 @@ __all__ = [
     "HOLDERS",
     "LABEL_FIELDS",
     "MARK",
+    "MAX_KEY_CHARS",
+    "MAX_LINE_BYTES",
     "PHASE",
     "PHASE_EDGE",
     "PHASE_SEP",
@@ -35,3 +37,9 @@ LABEL_FIELDS = (MARK, PHASE, PHASE_EDGE)
 HOLDERS = "holders"
 #: Fields of a line that go to ``Sample.labels`` when they are a str.
 TEXT_FIELDS = (*LABEL_FIELDS, HOLDERS)
+
+#: The longest line the reader reads (bytes, newline excluded); the writer never writes a
+#: longer one (it drops the values of the probe whose keys make it too long).
+MAX_LINE_BYTES = 16 * 2**20
+#: The longest key the writer writes; a longer one is dropped, naming its probe.
+MAX_KEY_CHARS = 8192

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._errors import ConfigError, LeakError, show
+from ._pid import getpid
 from ._sample import Sample
 from ._sitestats import default_filters, site_stats
 from .engine._prober import Prober
@@ -173,7 +174,7 @@ def check_leaks(
     finally:
         if tracemalloc_top is not None:
             release_tracing()
-    pid = os.getpid()
+    pid = getpid()
     series = {k: memoryview(c).cast("d").tolist() for k, c in columns.items()}
     samples = [
         Sample(times[i], i, pid, {k: c[i] for k, c in series.items() if c[i] == c[i]})

@@ -123,7 +123,7 @@ class History(Sequence[Sample]):
             self._has_step[row] = 1
             try:
                 self._steps[row] = step
-            except OverflowError:
+            except (OverflowError, TypeError):  # beyond int64, or a float (a time)
                 self._aside[-1 - row] = step
         self._pids[row] = pid
         new = self._last_id

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from .._pid import getpid
+
 
 class IsolationWorker:
     """Runs calls in one daemon thread; a call over its timeout abandons the thread."""
@@ -27,9 +29,9 @@ class IsolationWorker:
 
     def call(self, fn: Callable[[], Any], timeout: float) -> Any:
         """``fn()`` in the worker thread; ``TimeoutError`` if it takes over ``timeout`` s."""
-        if self._queue is None or self._pid != os.getpid():  # first call, or forked since
+        if self._queue is None or self._pid != getpid():  # first call, or forked since
             self._queue = queue.SimpleQueue()
-            self._pid = os.getpid()
+            self._pid = getpid()
             threading.Thread(
                 target=self._run, args=(self._queue,), name=f"memprobe-{self.name}", daemon=True
             ).start()
@@ -60,6 +62,6 @@ class IsolationWorker:
 
     def close(self) -> None:
         """Let the thread end (after the call it runs, if any)."""
-        if self._queue is not None and self._pid == os.getpid():
+        if self._queue is not None and self._pid == getpid():
             self._queue.put(None)
         self._queue = None

@@ -33,6 +33,7 @@ from ._options import ProbesOption, check_tags, parse_probes, parse_sinks
 from ._overhead import Overhead
 from ._phases import Mark, Phases, check_label
 from ._scheduled import ScheduledProbe
+from ._step import INT64 as _INT64, StepCheck
 from ._sink_writer import SinkWriter
 from ._sinks import Sink
 from ._tier_feed import TierFeed
@@ -174,6 +175,7 @@ class Prober:
         # The steps of a sample, each in its own object.
         self._budget_split = BudgetSplit()
         self._hooks = SampleHooks(self._pm, prefix)
+        self._check_step = StepCheck(self._hooks.errors, prefix)
         self._sinks = SinkWriter(sinks, self._hooks)
         self._overhead = Overhead(prefix)
         self._phases = Phases()
@@ -289,6 +291,8 @@ class Prober:
         """Run the probes that are due and return this sample's flat values.
 
         :param step: the caller's step (iteration, episode); stored with the sample.
+            An int (``np.int64``), or a float time; a bool or a step beyond 64 bits is
+            counted in ``<prefix>/errors/step`` (the sample is taken without it).
         :param force: run every enabled probe, due or not.
         :returns: a new dict, ``{"<prefix>/<probe>/<metric>": number}`` for the
             probes that ran, plus ``<prefix>/errors/...`` once anything has failed
@@ -301,6 +305,8 @@ class Prober:
         signal handler, a hook) returns ``{}`` at once and is counted in
         ``<prefix>/errors/reentrant``.
         """
+        if step is not None and (type(step) is not int or not -_INT64 <= step < _INT64):
+            step = self._check_step(step)
         me = _get_ident()
         if self._sampling == me:
             self._reentrant += 1

@@ -12,13 +12,15 @@ import errno
 import json
 import math
 import os
+import stat
 import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 from .._errors import ConfigError, MemprobeWarning, show
-from .._jsonl_fields import RECORD_FIELDS
+from .._jsonl_fields import MAX_KEY_CHARS, MAX_LINE_BYTES, RECORD_FIELDS
 from .._keptfd import identity, same_file
+from .._pid import getpid
 from .._sample import Sample
 from ..hookspecs import hookimpl
 
@@ -55,7 +57,10 @@ def check_jsonl_tags(option: str, tags: Any) -> dict[str, Any]:
     return dict(tags)
 
 
-_OPEN_FLAGS = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+# Never through a symlink (O_NOFOLLOW), never blocking on a FIFO planted at the path
+# (O_NONBLOCK; what is not a regular file is then refused from its fstat).
+_OPEN_FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+               | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
 
 _orjson: Any = None  # orjson, imported by the first JsonlSink (not by ``import memprobe``)
 _ORJSON_OPTIONS = 0
@@ -129,10 +134,17 @@ class JsonlSink:
         self._ident = (-1, -1)
         self.failed = False
         self.path = ""
+        #: The lines written whole to the file.
+        self.lines_written = 0
+        self._too_long: set[str] = set()  # the probes (key prefixes) warned about
+
+    #: Whether ``{pid}`` in the path is replaced (``memprobe run`` gives a literal path).
+    expand_pid = True
 
     def _open(self) -> int:
-        pid = os.getpid()
-        self.path = self.path_template.replace("{pid}", str(pid))
+        pid = getpid()
+        self.path = (self.path_template.replace("{pid}", str(pid)) if self.expand_pid
+                     else self.path_template)
         parent = os.path.dirname(self.path)
         if parent:
             if os.path.exists(parent) and not os.path.isdir(parent):  # makedirs: "File exists"
@@ -140,10 +152,28 @@ class JsonlSink:
             os.makedirs(parent, exist_ok=True)
         # An fd inherited from the parent is left open: closing it by number in a
         # child that may have reused the number would close someone else's file.
-        self._fd = os.open(self.path, _OPEN_FLAGS, 0o666)
-        self._ident = identity(self._fd)
+        try:
+            fd = os.open(self.path, _OPEN_FLAGS, 0o666)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP and os.path.islink(self.path):
+                raise OSError(errno.ELOOP, "it is a symbolic link; memprobe does not write "
+                              "through symlinks") from None
+            if exc.errno == errno.ENXIO:  # O_NONBLOCK on a FIFO nobody reads
+                raise OSError(errno.ENXIO, "it is a FIFO; memprobe writes regular files "
+                              "only") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(errno.EINVAL, "it exists and is not a regular file (a FIFO, a "
+                              "device or a socket); memprobe writes regular files only")
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._ident = st.st_dev, st.st_ino
         self._pid = pid
-        return self._fd
+        return fd
 
     def _reopen(self) -> int:
         """A new fd on the path when it is still the file first opened, else -1 (the sink
@@ -201,8 +231,8 @@ class JsonlSink:
         if self.failed:
             return
         try:
-            # A sample made in this process carries its pid: os.getpid() only otherwise.
-            if pid == self._pid or self._pid == os.getpid():
+            # A sample made in this process carries its pid: getpid() only otherwise.
+            if pid == self._pid or self._pid == getpid():
                 fd = self._fd
                 if not same_file(fd, self._ident):
                     fd = self._reopen()
@@ -224,19 +254,65 @@ class JsonlSink:
                     pass
             if not data:
                 data = _json_line(record)
+            if len(data) > MAX_KEY_CHARS:  # a key may be too long: the slow path checks
+                data = self._capped(record, data)
+                if not data:
+                    return
             n = os.write(fd, data)
             while n < len(data):  # a short write (a nearly full disk): append the rest
                 if n <= 0:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 data = data[n:]
                 n = os.write(fd, data)
+            self.lines_written += 1
         except (OSError, ValueError) as exc:
             self.failed = True
             self._warn(f"memprobe: writing samples to {self.path or self.path_template!r} "
                        f"failed ({type(exc).__name__}: {exc}); no more samples go to that file")
 
+    def _capped(self, record: dict[str, Any], data: bytes) -> bytes:
+        """``data`` without the keys over :data:`MAX_KEY_CHARS`, and, while the line is
+        over :data:`MAX_LINE_BYTES`, without the values of the probe whose keys take the
+        most of it; each probe warned about once, by its keys' prefix (``memprobe/big``).
+        Empty when nothing is left to write."""
+        values = record["values"]
+        if not isinstance(values, Mapping):
+            return data if len(data) <= MAX_LINE_BYTES else b""
+        long_keys = [k for k in values if len(str(k)) > MAX_KEY_CHARS]
+        if not long_keys and len(data) <= MAX_LINE_BYTES:
+            return data
+        kept = dict(values)
+        for k in long_keys:
+            del kept[k]
+            self._too_long_warning(_probe_of(k), f"a key of {len(str(k)):,} characters "
+                                   f"(over {MAX_KEY_CHARS:,}): {str(k)[:60]!r}…")
+        while True:
+            line = self._encode(record["time"], record["step"], record["pid"], kept,
+                                {k: v for k, v in record.items()
+                                 if k not in RECORD_FIELDS})
+            if len(line) <= MAX_LINE_BYTES:
+                return line
+            sizes: dict[str, int] = {}
+            for k in kept:
+                sizes[_probe_of(k)] = sizes.get(_probe_of(k), 0) + len(str(k)) + 24
+            if not sizes:
+                self._too_long_warning("", f"a line of {len(line):,} bytes without values")
+                return b""
+            worst = max(sizes, key=sizes.__getitem__)
+            kept = {k: v for k, v in kept.items() if _probe_of(k) != worst}
+            self._too_long_warning(worst, f"its values make a line over "
+                                   f"{MAX_LINE_BYTES // 2**20} MiB, which readers skip")
+
+    def _too_long_warning(self, probe: str, what: str) -> None:
+        if probe in self._too_long:
+            return
+        self._too_long.add(probe)
+        who = f"the probe {probe!r}" if probe else "a sample"
+        self._warn(f"memprobe: {who} gave {what}; memprobe left that out of "
+                   f"{self.path or self.path_template!r} (the other values are written)")
+
     def close(self) -> None:
-        if self._fd >= 0 and self._pid == os.getpid() and same_file(self._fd, self._ident):
+        if self._fd >= 0 and self._pid == getpid() and same_file(self._fd, self._ident):
             try:
                 os.close(self._fd)
             except OSError:
@@ -248,6 +324,11 @@ class JsonlSink:
         state = self.__dict__.copy()
         state.update(_fd=-1, _pid=-1)
         return state
+
+
+def _probe_of(key: Any) -> str:
+    """The probe of a key, as its first two parts (``memprobe/big`` of ``memprobe/big/x``)."""
+    return "/".join(str(key).split("/", 2)[:2])
 
 
 def jsonl_sink(*, path: str | os.PathLike[str], tags: Mapping[str, Any] | None = None) -> JsonlSink:

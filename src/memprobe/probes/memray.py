@@ -24,6 +24,7 @@ from typing import Any
 
 from .._errors import ConfigError, ProbeError, show
 from .._flatten import SiteMap
+from .._pid import getpid
 from .._sitestats import is_library
 from ..hookspecs import hookimpl
 from ..keys import format_site
@@ -198,7 +199,7 @@ class MemrayWindow:
         memray = _memray()  # imported before tracking: its import is not the user's memory
         directory = self.keep_dir or tempfile.gettempdir()
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        fd, path = tempfile.mkstemp(prefix=f"memprobe-memray-{os.getpid()}-{stamp}-",
+        fd, path = tempfile.mkstemp(prefix=f"memprobe-memray-{getpid()}-{stamp}-",
                                     suffix=".bin", dir=directory)
         os.close(fd)
         os.unlink(path)  # memray refuses to overwrite a file
@@ -219,14 +220,14 @@ class MemrayWindow:
                 pass
             raise ProbeError("memray", f"cannot open a tracking window: {exc}") from None
         self._tracker = tracker
-        self._pid = os.getpid()
+        self._pid = getpid()
         self.path = path
         self.opened_at = time.perf_counter()
 
     def _forked(self) -> bool:
         """A forked child inherits the window object, not the tracking (memray does not
         follow forks): the tracker and the file are the parent's, left alone."""
-        if self._tracker is not None and self._pid != os.getpid():
+        if self._tracker is not None and self._pid != getpid():
             self._tracker = None
             return True
         return False

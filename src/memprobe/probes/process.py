@@ -9,7 +9,7 @@ from typing import Any
 
 from .._errors import ConfigError, show
 from .._keptfd import all_same, identity, same_file
-from .._pid import current_pid
+from .._pid import current_pid, getpid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
 
@@ -145,7 +145,7 @@ class ProcessProbe:
 
     def _open(self) -> None:
         self._close()
-        pid = self.pid or os.getpid()
+        pid = self.pid or getpid()
         base = f"/proc/{pid}"
         if sys.platform.startswith("linux") and os.path.exists(f"{base}/statm"):
             self._statm = os.open(f"{base}/statm", os.O_RDONLY)

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from .._errors import ConfigError, ProbeError, show
-from .._pid import current_pid
+from .._pid import current_pid, getpid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
 
@@ -95,7 +95,7 @@ class SmapsProbe:
 
     def _open(self) -> None:
         self._close()
-        pid = os.getpid()
+        pid = getpid()
         try:
             self._status = os.open(f"/proc/{pid}/status", os.O_RDONLY)
             if self.rollup:

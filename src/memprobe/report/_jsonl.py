@@ -49,11 +49,9 @@ from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 from .._errors import JsonlReadError, MemprobeWarning
-from .._jsonl_fields import RECORD_FIELDS, TEXT_FIELDS
+from .._jsonl_fields import MAX_LINE_BYTES, RECORD_FIELDS, TEXT_FIELDS
 from .._sample import Sample
 
-#: A line longer than this (bytes, newline excluded) is skipped with a warning.
-MAX_LINE_BYTES = 16 * 2**20
 #: This many bad lines before any good one: not a memprobe JSONL file.
 BAD_START_LINES = 5
 #: Bytes skipped without a newline after a line over :data:`MAX_LINE_BYTES`, before the
@@ -150,9 +148,11 @@ def _parse(line: bytes) -> tuple[Sample, dict[str, Any]]:
     t = _number("'time'", obj.get("time", 0.0))
     step = obj.get("step")
     if step is not None:
-        if isinstance(step, bool) or not isinstance(step, int):
-            raise ValueError(f"'step' is not an int: {_clip(repr(step))}")
-        if step.bit_length() > 1000:  # steps are read as floats: keep them finite
+        if isinstance(step, float):  # a time given as the step
+            _number("'step'", step)
+        elif isinstance(step, bool) or not isinstance(step, int):
+            raise ValueError(f"'step' is not a number: {_clip(repr(step))}")
+        elif step.bit_length() > 1000:  # steps are read as floats: keep them finite
             raise ValueError("'step' is too large to be read as a number")
     pid = _int64("'pid'", obj.get("pid", 0))
     labels = {k: obj[k] for k in TEXT_FIELDS if isinstance(obj.get(k), str)}
