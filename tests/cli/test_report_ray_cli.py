@@ -28,4 +28,4 @@ def test_no_files_and_no_ray_is_one_line_error(tmp_path: Path) -> None:
 
 def test_a_bad_cap_is_named(tmp_path: Path) -> None:
     r = _report("--ray", "--max-file-mib", "0", cwd=tmp_path)
-    assert r.returncode == 2 and "--max-file-mib must be > 0, got 0.0" in r.stderr
+    assert r.returncode == 2 and "--max-file-mib must be a number of MiB from" in r.stderr

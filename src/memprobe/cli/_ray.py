@@ -10,6 +10,7 @@ are listed on stderr; the report goes on with the others.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tempfile
 from collections.abc import Callable
@@ -18,6 +19,9 @@ from .._format import safe
 from ._run import PROG, CliError
 
 __all__ = ["cmd_report_ray"]
+
+#: The range ``--max-file-mib`` takes: from one KiB to one TiB a file.
+MAX_FILE_MIB = (2.0**-10, 2.0**20)
 
 
 def _warn(text: str) -> None:
@@ -29,8 +33,10 @@ def cmd_report_ray(args: argparse.Namespace,
     """Fetch every node's files, then ``report(args)`` with ``args.files`` set to them."""
     if args.files:
         raise CliError("--ray reads the cluster's files: give either --ray or files, not both")
-    if args.max_file_mib <= 0:
-        raise CliError(f"--max-file-mib must be > 0, got {args.max_file_mib!r}")
+    lo, hi = MAX_FILE_MIB
+    if not (math.isfinite(args.max_file_mib) and lo <= args.max_file_mib <= hi):
+        raise CliError(f"--max-file-mib must be a number of MiB from {lo:g} to {hi:g}, "
+                       f"got {args.max_file_mib!r}")
     try:
         import memprobe_ray.logs as ray_logs
         import ray  # noqa: F401  (the state API below needs it)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import select
 import sys
@@ -33,6 +34,8 @@ __all__ = ["cmd_top"]
 READ_BYTES = 8 * 2**20
 #: Bytes from the end of a file met for the first time (older samples are not shown).
 BACKLOG_BYTES = 4 * 2**20
+#: The range ``--interval`` takes, in seconds (a day at most: select() takes no more).
+INTERVAL_SECONDS = (0.2, 86400.0)
 
 
 class _Local:
@@ -44,6 +47,7 @@ class _Local:
     def poll(self, board: Board) -> None:
         tails = self.folder.scan()
         self.files = len(tails)
+        self.problems = list(self.folder.problems)
         for tail in tails:
             for line in tail.read(READ_BYTES, BACKLOG_BYTES):
                 board.feed(line)
@@ -147,8 +151,10 @@ def _quit_within(fd: int, seconds: float) -> bool:
 
 def cmd_top(args: argparse.Namespace) -> int:
     """``memprobe top``: a live table of every process, or one snapshot on a pipe."""
-    if args.interval < 0.2:
-        raise CliError(f"--interval must be >= 0.2 seconds, got {args.interval!r}")
+    lo, hi = INTERVAL_SECONDS
+    if not (math.isfinite(args.interval) and lo <= args.interval <= hi):
+        raise CliError(f"--interval must be a number of seconds from {lo:g} to {hi:g}, "
+                       f"got {args.interval!r}")
     if args.ray is not None:
         if args.paths:
             raise CliError("give either --ray or files and directories, not both")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .. import keys
@@ -130,20 +130,30 @@ def flame_graph(stacks: Iterable[tuple[str, float]]) -> str:
     boxes: list[str] = []
     depth_max = 0
 
-    def walk(node: dict[str, Any], left: float, depth: int) -> None:
-        nonlocal depth_max
-        for frame, (size, children) in sorted(node.items(), key=lambda kv: -kv[1][0]):
-            depth_max = max(depth_max, depth)
-            width = 100.0 * size / total
-            label = f"{frame} ({_kib(size)})"
-            boxes.append(
-                f"<div class='{_frame_class(frame)}' title='{e(label)}' "
-                f"style='left:{left:.3f}%;width:{width:.3f}%;top:{depth * _ROW_PX}px'>"
-                f"{e(label)}</div>")
-            walk(children, left, depth + 1)
-            left += width
+    # Depth first, the widest child first, with a stack of its own: a chain of any
+    # length (thousands of frames) is walked without recursion.
+    def ordered(node: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+        return iter(sorted(node.items(), key=lambda kv: -kv[1][0]))
 
-    walk(tree, 0.0, 0)
+    stack: list[list[Any]] = [[ordered(tree), 0.0]]  # [children left to draw, their left]
+    while stack:
+        level = stack[-1]
+        item = next(level[0], None)
+        if item is None:
+            stack.pop()
+            continue
+        frame, (size, children) = item
+        depth = len(stack) - 1
+        depth_max = max(depth_max, depth)
+        width = 100.0 * size / total
+        label = f"{frame} ({_kib(size)})"
+        boxes.append(
+            f"<div class='{_frame_class(frame)}' title='{e(label)}' "
+            f"style='left:{level[1]:.3f}%;width:{width:.3f}%;top:{depth * _ROW_PX}px'>"
+            f"{e(label)}</div>")
+        stack.append([ordered(children), level[1]])
+        level[1] += width
+
     height = (depth_max + 1) * _ROW_PX
     return f"<div class='flame' style='height:{height}px'>" + "".join(boxes) + "</div>"
 

@@ -62,13 +62,24 @@ def render(plt: Any, summaries: Sequence[RunSummary]) -> bytes:
     """The PNG's bytes."""
     fig = figure(plt, summaries)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
+    with plt.rc_context(_PLAIN_TEXT):
+        fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
 
 
+#: Text drawn as written: a ``$`` in a tag, a command or a phase's name is not
+#: matplotlib's mathtext (``$\foo{$`` would stop the plot with a parse error).
+_PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
+
+
 def figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
     """The matplotlib figure: one panel per metric, leaks marked and labelled inside it."""
+    with plt.rc_context(_PLAIN_TEXT):
+        return _figure(plt, summaries)
+
+
+def _figure(plt: Any, summaries: Sequence[RunSummary]) -> Any:
     from matplotlib.ticker import MaxNLocator
 
     t0 = min(s.run.start_seconds for s in summaries)

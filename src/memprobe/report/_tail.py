@@ -11,10 +11,16 @@ the offset: read again from its start) or vanish (dropped, no error).
 ``memprobe run`` writes its output beside the final name (``.run.jsonl.<random>.tmp``)
 and renames it at the end: a Folder follows such files, and keeps its place in a
 file that is renamed (same inode) rather than reading it again.
+
+A directory is walked with each real directory visited once (a symlink to a
+directory already seen, such as ``a -> .``, is not entered again) and at most
+:data:`MAX_DIRS` directories a scan, so a symlink loop or a link to ``/`` costs
+a bounded walk, said in :attr:`Folder.problems`.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 import stat
@@ -29,6 +35,8 @@ __all__ = ["CHUNK_BYTES", "Folder", "Tail"]
 CHUNK_BYTES = 2**20
 #: What a folder follows: JSONL files, and ``memprobe run``'s output while it runs.
 PATTERNS = ("*.jsonl", ".*.jsonl.*.tmp")
+#: Directories one scan walks at most (each real directory once).
+MAX_DIRS = 2000
 
 
 @dataclass
@@ -113,14 +121,46 @@ class Folder:
     def __init__(self, paths: Sequence[str]) -> None:
         self.paths = [os.fspath(p) for p in paths]
         self.tails: dict[str, Tail] = {}
+        #: What the last scan could not do (a walk cut at :data:`MAX_DIRS`).
+        self.problems: list[str] = []
+
+    def _walk(self, top: str, seen: set[tuple[int, int]], found: list[str]) -> None:
+        """The followed files under ``top``, as ``glob``'s ``**`` finds them (hidden
+        directories skipped), entering each real directory once."""
+        stack = [top]
+        while stack:
+            d = stack.pop()
+            try:
+                st = os.stat(d)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            if len(seen) >= MAX_DIRS:
+                self.problems.append(f"{top}: stopped after {MAX_DIRS} directories")
+                return
+            seen.add((st.st_dev, st.st_ino))
+            try:
+                with os.scandir(d) as entries:
+                    names = [(e.name, e.is_dir()) for e in entries]
+            except OSError:
+                continue
+            for name, is_dir in sorted(names, reverse=True):
+                path = os.path.join(d, name)
+                if is_dir:
+                    if not name.startswith("."):
+                        stack.append(path)
+                elif any(fnmatch.fnmatchcase(name, pat) and (name[0] != "." or pat[0] == ".")
+                         for pat in PATTERNS):
+                    found.append(path)
 
     def _candidates(self) -> list[str]:
         found: list[str] = []
+        seen: set[tuple[int, int]] = set()
+        self.problems = []
         for p in self.paths:
             if os.path.isdir(p):
-                for pattern in PATTERNS:
-                    found += glob.glob(os.path.join(glob.escape(p), "**", pattern),
-                                       recursive=True)
+                self._walk(p, seen, found)
             else:
                 found.append(p)
                 head, name = os.path.split(p)
