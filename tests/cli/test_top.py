@@ -77,7 +77,7 @@ def test_on_a_pipe_one_snapshot_then_exit(tmp_path: Path) -> None:
     r = _cli("top", str(tmp_path), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()
-    assert out[0].startswith("memprobe top: 1 processes in 1 files")
+    assert out[0].startswith("memprobe top: 1 process in 1 file,")  # #38 item 9: not "1 processes in 1 files"
     assert out[3].startswith("main x.py") and "+1.0 MiB/s" in out[3] and "LEAK" in out[3]
 
 

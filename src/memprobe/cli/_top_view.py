@@ -79,9 +79,15 @@ class _Ray:
         self.lines = max(20, WINDOW // 4)  # then only the lines since (duplicates skipped)
 
 
+def _counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 file``, ``2 files``."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 def _header(board: Board, source: Any, interval: float, live: bool) -> str:
     when = time.strftime("%H:%M:%S")
-    text = (f"{PROG} top: {len(board.rows)} processes in {source.files} files, {when}"
+    text = (f"{PROG} top: {_counted(len(board.rows), 'process', 'processes')} in "
+            f"{_counted(source.files, 'file')}, {when}"
             + (f", every {interval:g} s; q quits" if live else ""))
     if board.bad_lines:
         text += f"; {board.bad_lines} bad lines skipped"
