@@ -99,11 +99,9 @@ class Prober:
         hours (``prober.report()``'s ``hours_to_oom``), before the alarm is confirmed,
         so that the culprit is on record before the process is killed (None: never).
 
-    Every probe also takes the guard options ``time_limit_seconds``, ``max_keys``
-    (most keys one sample may return, default 10,000; over it the sample is an
-    error) and ``isolate`` (run the probe in a worker thread, so that a probe
-    which hangs past its time limit is abandoned and disabled instead of
-    blocking the caller; needs a time limit; costs a thread hand-off per sample).
+    Every probe also takes the guard options ``time_limit_seconds``, ``max_keys`` (most
+    keys one sample may return, default 10,000) and ``isolate`` (run it in a worker
+    thread, abandoned and disabled if it hangs past its time limit; needs a time limit).
     """
 
     def __init__(
@@ -186,9 +184,8 @@ class Prober:
         register_own(self)  # what it holds is memprobe's, not counted as the user's
 
     def _renew_in_child(self) -> None:
-        """In a forked child: a fresh lock (a parent's thread may have held it), and a
-        history, alarm and overhead fraction of the child's own samples only (the
-        parent's samples judged with the child's would read two processes as one)."""
+        """In a forked child: a fresh lock, and history, alarm and overhead of the
+        child's own samples only (judged with the parent's, two processes read as one)."""
         self._lock = threading.RLock()
         self._sampling = 0
         self.history.clear()
@@ -224,12 +221,9 @@ class Prober:
         return [s for _, s in self._sinks.named]
 
     def describe(self, key: str) -> Metric:
-        """The declaration of a key this Prober emits: its description, unit and kind.
-
-        A probe's metrics come from its ``metrics`` declarations, the Prober's own
-        sections (``overhead``, ``errors``...) from :data:`memprobe.metrics.PROBER_METRICS`;
-        anything else (a derived metric) gets :func:`memprobe.metrics.default_metric`.
-        """
+        """The declaration of a key this Prober emits (its probe's ``metrics``, the
+        Prober's own sections' :data:`memprobe.metrics.PROBER_METRICS`, else
+        :func:`memprobe.metrics.default_metric`): its description, unit and kind."""
         return describe_key(key, self.prefix, declarations(self._probes))
 
     # -- lifecycle --------------------------------------------------------------
@@ -294,16 +288,14 @@ class Prober:
             An int (``np.int64``), or a float time; a bool or a step beyond 64 bits is
             counted in ``<prefix>/errors/step`` (the sample is taken without it).
         :param force: run every enabled probe, due or not.
-        :returns: a new dict, ``{"<prefix>/<probe>/<metric>": number}`` for the
-            probes that ran, plus ``<prefix>/errors/...`` once anything has failed
-            and ``<prefix>/overhead/...``. Empty when no probe was due. Changing it
-            changes nothing in ``history``.
+        :returns: a new dict, ``{"<prefix>/<probe>/<metric>": number}`` of the probes
+            that ran, ``<prefix>/errors/...`` once anything failed, ``overhead/...``;
+            empty when no probe was due. Changing it changes nothing in ``history``.
 
-        Never raises because of a probe, a hook or a sink: a failing probe is
-        counted, warned about once and disabled after ``max_failures`` failures in
-        a row. A call made while this thread is already inside ``sample()`` (a
-        signal handler, a hook) returns ``{}`` at once and is counted in
-        ``<prefix>/errors/reentrant``.
+        Never raises because of a probe, a hook or a sink: a failing probe is counted,
+        warned about once and disabled after ``max_failures`` failures in a row. A call
+        made inside ``sample()`` (a signal handler, a hook) returns ``{}`` at once, counted
+        in ``<prefix>/errors/reentrant``.
         """
         if step is not None and (type(step) is not int or not -_INT64 <= step < _INT64):
             step = self._check_step(step)
