@@ -33,7 +33,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#if PY_VERSION_HEX >= 0x030B0000
+#if PY_VERSION_HEX < 0x030B0000
+#  include "frameobject.h"   /* PyFrameObject's fields before 3.11 */
+#else
 #  define Py_BUILD_CORE 1
 #  include "internal/pycore_frame.h"
 #  undef Py_BUILD_CORE

@@ -286,6 +286,12 @@ def shorten_path(filename: str) -> str:
     return "/".join(parts[-2:])
 
 
+def key_head(key: str) -> str:
+    """A key's first two parts (``memprobe/big`` of ``memprobe/big/x``): its prefix and
+    probe where the prefix is one part, named when a key is refused at write time."""
+    return "/".join(key.split("/", 2)[:2])
+
+
 def format_culprit(site: str) -> str:
     """A site or type name as a report shows it: a chain of frames (oldest first,
     joined by ``--`` in keys) reads ``my_env.py:26 → numpy/_core/numeric.py:232``."""

@@ -57,7 +57,7 @@ def test_a_link_to_the_root_is_a_bounded_walk_said_in_the_header(tmp_path: Path)
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - started < 30
     head = r.stdout.splitlines()
-    assert head[0].startswith("memprobe top: 1 processes in 1 files")
+    assert head[0].startswith("memprobe top: 1 process in 1 file")
     assert f"stopped after {_tail.MAX_DIRS} directories" in head[1]
 
 

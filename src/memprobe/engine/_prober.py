@@ -144,9 +144,8 @@ class Prober:
         self.prefix = prefix
         check_bool("load_entrypoints", load_entrypoints)
         if plugin_manager is not None and not isinstance(plugin_manager, pluggy.PluginManager):
-            raise ConfigError(
-                "plugin_manager", f"must be a pluggy.PluginManager, got {show(plugin_manager)}"
-            )
+            raise ConfigError("plugin_manager",
+                              f"must be a pluggy.PluginManager, got {show(plugin_manager)}")
         tags = check_tags(tags, sink)
         sink_spec = parse_sinks(sinks)
         alarm = make_alarm(on_leak, leak_check_every, leak_confirmations, leak_options,
@@ -166,11 +165,9 @@ class Prober:
         self.history = History(history)
         self.site_key_cap = SiteKeyCap(max_site_keys)
         self._lock = threading.RLock()
-        self._sampling = 0  # the thread id inside sample(), to refuse re-entry
-        self._calls = 0
+        self._sampling, self._calls = 0, 0  # the thread inside sample() (refused re-entry)
         self._reentrant = 0
         self._any_errors = False  # a probe has failed, or a call was refused: errors/...
-        # The steps of a sample, each in its own object.
         self._budget_split = BudgetSplit()
         self._hooks = SampleHooks(self._pm, prefix)
         self._check_step = StepCheck(self._hooks.errors, prefix)

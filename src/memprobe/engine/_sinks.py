@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from ..keys import key_head
 from .._errors import ConfigError, MemprobeWarning, show
 from .._jsonl_fields import MAX_KEY_CHARS, MAX_LINE_BYTES, RECORD_FIELDS
 from .._keptfd import identity, same_file
@@ -328,7 +329,7 @@ class JsonlSink:
 
 def _probe_of(key: Any) -> str:
     """The probe of a key, as its first two parts (``memprobe/big`` of ``memprobe/big/x``)."""
-    return "/".join(str(key).split("/", 2)[:2])
+    return key_head(str(key))
 
 
 def jsonl_sink(*, path: str | os.PathLike[str], tags: Mapping[str, Any] | None = None) -> JsonlSink:

@@ -10,6 +10,7 @@ machine without a C compiler) the probe warns once and reports nothing.
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from typing import Any
 
@@ -21,9 +22,9 @@ from ..metrics import Metric
 from .tracemalloc import largest
 
 try:
-    from .. import _heapsample
+    _heapsample: Any = importlib.import_module("memprobe._heapsample")
 except ImportError:  # built without the extension: the plain-Python install
-    _heapsample = None  # type: ignore[assignment]
+    _heapsample = None
 
 #: The mean bytes allocated between two samples. At 512 KiB the sampler costs about
 #: what its hooks cost alone, and a site holding 50 MB is estimated within about 15%
