@@ -217,9 +217,9 @@ def test_a_forked_child_writes_its_own_file(tmp_path) -> None:
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
-def test_a_device_is_refused_warns_once_and_turns_the_sink_off() -> None:
-    sink = JsonlSink("/dev/full")  # memprobe writes regular files only (a full disk: faults)
-    with pytest.warns(memprobe.MemprobeWarning, match=r"/dev/full.*not a regular file"):
+def test_disk_full_warns_once_and_turns_the_sink_off() -> None:
+    sink = JsonlSink("/dev/full")
+    with pytest.warns(memprobe.MemprobeWarning, match=r"/dev/full.*ENOSPC|/dev/full.*No space"):
         sink.write(Sample(1.0, 0, os.getpid(), {"a": 1}))
     assert sink.failed
     sink.write(Sample(2.0, 1, os.getpid(), {"a": 2}))  # silent: warnings are errors here
@@ -302,3 +302,16 @@ def test_sink_path_and_named_sinks_together(tmp_path) -> None:
                          load_entrypoints=False) as p:
         p.sample()
     assert (tmp_path / "a.jsonl").read_text() == (tmp_path / "b.jsonl").read_text() != ""
+
+
+def test_a_fifo_or_a_symlink_at_the_path_is_refused_without_blocking(tmp_path) -> None:
+    fifo, target, link = tmp_path / "fifo", tmp_path / "target", tmp_path / "link.jsonl"
+    os.mkfifo(fifo)
+    target.write_text("kept\n")
+    link.symlink_to(target)
+    for path in (fifo, link):
+        with pytest.warns(memprobe.MemprobeWarning, match=str(path.name)):
+            with memprobe.Prober(sink=str(path)) as p:
+                p.sample()  # returns: a FIFO nobody reads never blocks the loop
+        assert p.sink.failed  # type: ignore[union-attr]
+    assert target.read_text() == "kept\n"  # never written through the link

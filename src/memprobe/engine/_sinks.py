@@ -59,7 +59,8 @@ def check_jsonl_tags(option: str, tags: Any) -> dict[str, Any]:
 
 
 # Never through a symlink (O_NOFOLLOW), never blocking on a FIFO planted at the path
-# (O_NONBLOCK; what is not a regular file is then refused from its fstat).
+# (O_NONBLOCK; a FIFO, a socket or a block device is then refused from its fstat; a
+# character device such as /dev/null is written as the user asked).
 _OPEN_FLAGS = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
                | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
 
@@ -165,9 +166,9 @@ class JsonlSink:
             raise
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise OSError(errno.EINVAL, "it exists and is not a regular file (a FIFO, a "
-                              "device or a socket); memprobe writes regular files only")
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode)):
+                raise OSError(errno.EINVAL, "it exists and is a FIFO, a socket or a block "
+                              "device; memprobe writes regular files (or /dev/null) only")
         except BaseException:
             os.close(fd)
             raise
