@@ -7,7 +7,6 @@ verdicts themselves are :mod:`memprobe.leak._verdicts`, the statistics :mod:`mem
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import os
@@ -15,13 +14,13 @@ import struct
 import time
 import tracemalloc
 from array import array
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._errors import ConfigError, LeakError, show
 from ._pid import getpid
 from ._sample import Sample
-from ._sitestats import SiteGrouper, default_filters
+from ._sitestats import default_filters, site_stats
 from .engine._prober import Prober
 from .keys import make_key, site_metric
 from .leak._kinds import FILTERED, KINDS, classify
@@ -119,6 +118,7 @@ def check_leaks(
     # not the 0.5% that samples taken by time in a running job need.
     opts.setdefault("min_growth_fraction", 1e-4)
     prober = Prober(probes, history=1, load_entrypoints=False, prefix=prefix)
+    filters = default_filters()
     # The series go into columns allocated once per key, not into new objects per
     # call: what this loop keeps must not grow with the calls, or it would show as
     # growth itself (more traced blocks, a larger copy of the traces each sample,
@@ -144,23 +144,22 @@ def check_leaks(
     # glibc's per-thread cache, filled before each sample, holds the same at each: what
     # it kept of the call's freed chunks would read as malloc's bytes in use growing.
     fill_cache = malloc.fill_thread_cache if "malloc" in prober.probe_names else None
-    # One grouper for the whole check: it works out each traceback's site once, not at
-    # every call.
-    grouper = SiteGrouper("user", default_filters()) if tracemalloc_top is not None else None
     if tracemalloc_top is not None:
         acquire_tracing(_NFRAME)
     try:
-        with prober, _young_heap(collect, "objects" not in prober.probe_names) as collect_now:
+        with prober:
+            if collect:
+                gc.collect()
             for i in range(repeats):
                 fn()
                 if collect:
-                    collect_now()
+                    gc.collect()
                 if fill_cache is not None:
                     fill_cache()
                 for k, v in prober.sample(step=i, force=True).items():
                     put(k, i, v)
-                if grouper is not None:
-                    stats = grouper.site_stats()
+                if tracemalloc_top is not None:
+                    stats = site_stats("user", filters)
                     put(traced_key, i, tracemalloc.get_traced_memory()[0])
                     put(filtered_key, i, sum(sz for sz, _ in stats.values()))
                     ranked = sorted(stats.items(), key=lambda kv: -kv[1][0])[:tracemalloc_top]
@@ -182,32 +181,6 @@ def check_leaks(
         for i in range(repeats)
     ]
     return analyze_samples(samples, prefix=prefix, thresholds=thresholds, warmup=warmup, **opts)
-
-
-@contextlib.contextmanager
-def _young_heap(collect: bool, freeze: bool) -> Iterator[Callable[[], Any]]:
-    """With ``collect``, a full collection now, then ``collect_now``: a collection that costs what the calls
-    made, not the whole heap.
-
-    Under pytest a full collection walks every object of the session (tens of
-    milliseconds); after one, ``gc.freeze()`` sets what exists aside, so each
-    ``gc.collect()`` of the check walks only the objects made since, where the calls'
-    garbage is. ``gc.unfreeze()`` at the end gives the collector back the heap. Not when
-    something else froze objects (its freeze is not ours to undo) or when the
-    ``objects`` probe counts the heap (``gc.get_objects()`` does not see frozen objects).
-    """
-    if not collect:
-        yield gc.collect
-        return
-    gc.collect()
-    if not freeze or gc.get_freeze_count():
-        yield gc.collect
-        return
-    gc.freeze()
-    try:
-        yield gc.collect
-    finally:
-        gc.unfreeze()
 
 
 #: Fewest calls judged after the warm-up: fewer cannot tell a trend.
