@@ -36,11 +36,6 @@ DEFAULT_TOP = 10
 _warned: list[bool] = []
 
 
-def available() -> bool:
-    """Whether the sampler's C extension is installed."""
-    return _heapsample is not None
-
-
 class HeapProbe:
     """Estimated live bytes of Python's heap, in all and by allocation site, from a sample.
 
