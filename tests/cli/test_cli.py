@@ -70,6 +70,9 @@ def test_report_names_the_leaking_line(leaky_run) -> None:
     assert "LEAK" in traced
     assert "top suspects:" in out
     assert "leaky.py:5" in out  # held.append(bytearray(200_000))
+    # A site's growth is per sample (the program's loop steps are not what was counted).
+    site = next(line for line in out.splitlines() if "leaky.py:5" in line)
+    assert "/sample" in site and "/step" not in out, site
 
 
 def test_report_flat_run_is_not_a_leak(tmp_path: Path) -> None:

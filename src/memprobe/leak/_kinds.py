@@ -352,7 +352,7 @@ def classify(
         return held or _native(metric, rate, windows, traced.describe(rate))
     if py is not None:
         return _native(metric, rate, windows, "rss grew but tracemalloc's traced bytes did not "
-                       f"({py.slope_per_step:+.4g}/step)")
+                       f"({py.slope_per_step:+.4g}/{py.step})")
     native = next((e for e in windows if e.probe == "memray"), None)
     if native is not None and native.explains(rate):
         return _native(metric, rate, windows, "")  # what memray's windows saw kept

@@ -139,9 +139,9 @@ class WindowEvidence:
         windows = f"{self.windows} {self.probe} window" + ("" if self.windows == 1 else "s")
         if self.source == "capture":
             windows = (f"the alarm's capture ({self.probe}, "
-                       f"{self.steps_per_window:.0f} steps)")
+                       f"{self.steps_per_window:.0f} samples)")
         return (f"from {windows}: {fmt_value(self.survivors_per_step, 'bytes')}"
-                f"/step survive{user_s} against {fmt_value(rate_per_step, 'bytes')}/step")
+                f"/sample survive{user_s} against {fmt_value(rate_per_step, 'bytes')}/sample")
 
 
 def _window_spans(active: tuple[Sequence[float], Sequence[float], Sequence[float]] | None,

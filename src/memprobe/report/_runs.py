@@ -309,7 +309,7 @@ def _suspects(run: ProcessRun, report: Any, n: int = 5) -> tuple[str, list[tuple
         if v.status == "leak" and len(out) < n:
             unit = v.unit or describe_key(v.key, run.prefix).unit
             out.append((site_of(v.key, run.prefix),
-                        f"growing {fmt(v.slope_per_step, unit, True)}/step"))
+                        f"growing {fmt(v.slope_per_step, unit, True)}/{v.step}"))
     if not out:  # named from what tracing windows or memray saw, not from site series
         named = dict.fromkeys(c for v in report.leaking for c in v.culprits)
         out = [(format_culprit(c), f"named by the {v.kind} verdict")
@@ -346,7 +346,7 @@ def verdict_text(m: MetricSummary) -> str:
     if v.status == "leak":
         if v.rate_per_hour is not None and math.isfinite(v.rate_per_hour):
             return f"LEAK {fmt(v.rate_per_hour, m.unit, True)}/h{oom}"
-        return f"LEAK {fmt(v.slope_per_step, m.unit, True)}/step"
+        return f"LEAK {fmt(v.slope_per_step, m.unit, True)}/{v.step}"
     if v.status == "slight" and v.rate_per_hour is not None and math.isfinite(v.rate_per_hour):
         return f"growing slightly {fmt(v.rate_per_hour, m.unit, True)}/h{oom}"
     if v.status == "insufficient":
