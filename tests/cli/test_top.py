@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from memprobe.report._top import WINDOW, Board, sparkline
 
@@ -64,6 +66,16 @@ def test_samples_read_again_are_skipped_and_bad_lines_counted() -> None:
 def test_sparkline_spans_the_range() -> None:
     assert sparkline([0, 1, 2, 3, 4, 5, 6, 7]) == "▁▂▃▄▅▆▇█"
     assert sparkline([5, 5]) == "▁▁" and sparkline([]) == ""
+
+
+@given(st.floats(1e3, 1e12), st.lists(st.floats(0, 1), min_size=1, max_size=24))
+def test_a_flat_process_stays_low_and_a_doubling_reaches_the_top(level, wiggles) -> None:
+    """Noise under 1% of the level draws no bar above the lowest; growth that doubles
+    the level spans the whole height, wherever the level is."""
+    flat = [level * (1 + 0.01 * w) for w in wiggles]
+    assert set(sparkline(flat)) == {"▁"}
+    grown = sparkline([level, *flat, 2 * level])
+    assert grown[0] == "▁" and grown[-1] == "█"
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -43,17 +43,23 @@ JUDGE_BUDGET_SECONDS = 0.15
 #: Points of the rss sparkline.
 SPARK_POINTS = 24
 _BARS = "▁▂▃▄▅▆▇█"
+#: The least span of the sparkline's scale, as a share of the largest value: a process
+#: whose memory moves by less than this stays in the lowest bars rather than having its
+#: noise drawn at full height (one bar is 1/8 of it, 1.25% of the level).
+SPARK_MIN_SPAN_SHARE = 0.1
 
 
 def sparkline(values: Iterable[float]) -> str:
-    """``▁▂▄█``: each value's height between the smallest and the largest."""
+    """``▁▂▄█``: each value's height above the smallest, on a scale spanning the largest
+    minus the smallest, or :data:`SPARK_MIN_SPAN_SHARE` of the largest if that is more."""
     vs = list(values)
     if not vs:
         return ""
     lo, hi = min(vs), max(vs)
-    if hi <= lo:
+    span = max(hi - lo, SPARK_MIN_SPAN_SHARE * abs(hi))
+    if not span > 0:
         return _BARS[0] * len(vs)
-    return "".join(_BARS[min(7, int((v - lo) / (hi - lo) * 8))] for v in vs)
+    return "".join(_BARS[min(7, int((v - lo) / span * 8))] for v in vs)
 
 
 @dataclass
