@@ -92,3 +92,16 @@ def test_shape_keeps_words_and_drops_numbers() -> None:
         "process/rss_bytes N bytes N bytes LEAK N bytes/h"]
     assert shape("x  growing slightly") == shape("x ok") == ["x calm"]
     assert shape("x LEAK +1 B/h") != shape("x ok")
+
+
+def test_the_command_page_has_one_exit_status_table_with_every_status() -> None:
+    """docs/cli.md states the exit statuses once, and the statuses the code returns are
+    all in it: 0, 1 (a broken pipe), 2 (memprobe's own error), EXIT_LEAK, the program's."""
+    from memprobe.cli import EXIT_LEAK
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    assert text.count("## Exit status") == 1
+    table = text.split("## Exit status", 1)[1].split("\n## ", 1)[0]
+    statuses = [row.split("|")[1].strip() for row in table.splitlines()
+                if row.startswith("| ") and not row.startswith("| status")]
+    assert statuses == ["0", "1", "2", str(EXIT_LEAK), "any"], statuses
