@@ -227,6 +227,8 @@ def test_tens_of_bytes_per_call_is_growing_slightly() -> None:
     assert traced is not None and traced.status == "slight", report
     assert 40 < traced.slope_per_step < 120 and not report.has_leak, report
     assert "growing slightly" in traced.describe() and "B per call" in traced.describe()
+    # Per call is the rate a test needs: a rate per hour of back-to-back calls is not shown.
+    assert "/hour" not in traced.describe(), traced.describe()
 
 
 def test_file_mapping_left_open_is_memory_mapped_files(tmp_path) -> None:

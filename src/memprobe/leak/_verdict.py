@@ -118,7 +118,8 @@ class Verdict:
         s = f"{self.metric}: {STATUS_WORDS.get(self.status, self.status)}"
         if self.n_points and self.slope_high:
             s += f", {fmt_value(self.slope_per_step, self.unit, signed=True)} per {self.step}"
-            if self.rate_per_hour is not None:
+            # Per hour of calls made back to back says nothing about the program's pace.
+            if self.rate_per_hour is not None and self.step != "call":
                 s += f" ({fmt_value(self.rate_per_hour, self.unit, signed=True)}/hour)"
             s += (f", {confidence_words(self.confidence)} interval "
                   f"{fmt_interval(self.slope_low, self.slope_high, self.unit)}")
