@@ -131,3 +131,23 @@ def test_prober_drops_one_sample_and_goes_on(tmp_path: Path, kept: str, reuse: b
     assert 0 < second["memprobe/process/num_threads"] < 1000
     assert 0 < second["memprobe/process/num_fds"] < 10_000
     assert json.dumps(second)
+
+
+@pytest.mark.parametrize("kept", ["_statm", "_stat", "_task_fd", "_fd_dirfd"])
+def test_process_probe_stop_leaves_a_reused_fd_open(tmp_path: Path, kept: str) -> None:
+    """A kept descriptor the program closed and reused between two reads (``stat``'s
+    is never read where the thread count has a kept fd) is not closed by ``stop()``."""
+    from memprobe.probes.process import ProcessProbe
+
+    probe = ProcessProbe()
+    probe.start()
+    probe.sample()
+    fd = getattr(probe, kept)
+    os.close(fd)
+    new = os.open(tmp_path / "victim", os.O_RDONLY | os.O_CREAT)
+    try:
+        assert new == fd
+        probe.stop()
+        os.fstat(new)  # still open: the program's
+    finally:
+        os.close(new)

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from .._errors import ConfigError, show
-from .._keptfd import all_same, identity, same_file
+from .._keptfd import fstat_or_none, identity, same_file
 from .._pid import current_pid, getpid
 from ..hookspecs import hookimpl
 from ..metrics import Metric
@@ -103,9 +103,8 @@ class ProcessProbe:
     # has nothing to close when it is collected.
     _statm = _stat = _fd_dirfd = _task_fd = -1
     _proc: Any = None
-    # (fd, st_dev, st_ino) of the kept fds, checked before use (memprobe._keptfd)
-    _kept: tuple[tuple[int, int, int], ...] = ()
-    _statm_id = (-1, -1)
+    # (st_dev, st_ino) of each kept fd, checked before it is used (memprobe._keptfd)
+    _statm_id = _stat_id = _fd_dir_id = _task_id = (-1, -1)
 
     def __init__(self, *, full: bool = False, fds: bool = True, pid: int | None = None,
                  count_max_age_seconds: float = DEFAULT_COUNT_MAX_AGE_SECONDS) -> None:
@@ -159,15 +158,21 @@ class ProcessProbe:
 
             self._proc = psutil.Process(pid)
         self._opened_in = current_pid()
-        self._kept = tuple((fd, *identity(fd)) for fd in
-                           (self._statm, self._stat, self._fd_dirfd, self._task_fd) if fd >= 0)
         if self._statm >= 0:
-            self._statm_id = identity(self._statm)
+            self._statm_id, self._stat_id = identity(self._statm), identity(self._stat)
+        if self._fd_dirfd >= 0:
+            self._fd_dir_id = identity(self._fd_dirfd)
+        if self._task_fd >= 0:
+            self._task_id = identity(self._task_fd)
         self._counted_at = float("-inf")  # the counts taken before belong to another process
 
     def _close(self) -> None:
-        for fd in (self._statm, self._stat, self._fd_dirfd, self._task_fd):
-            if fd >= 0:
+        # Only the descriptors still on the files opened: a number the program reused
+        # is the program's (a descriptor is checked when it is read, and stat's is
+        # read only where the thread count has no kept fd).
+        for fd, ident in ((self._statm, self._statm_id), (self._stat, self._stat_id),
+                          (self._fd_dirfd, self._fd_dir_id), (self._task_fd, self._task_id)):
+            if fd >= 0 and same_file(fd, ident):
                 try:
                     os.close(fd)
                 except OSError:
@@ -221,21 +226,29 @@ class ProcessProbe:
                       f"kept on {os.path.dirname(self._fd_dir)}/statm and its "
                       "neighbours; it reopened them, and this sample is dropped")
 
+    def _kept_fstat(self, fd: int, ident: tuple[int, int]) -> os.stat_result:
+        """``os.fstat`` of a kept descriptor, which must still be on the file it was
+        opened on (else :meth:`_lost_kept_fds`): the stat that counts is the check."""
+        st = fstat_or_none(fd)
+        if st is None or st.st_ino != ident[1] or st.st_dev != ident[0]:
+            self._lost_kept_fds()
+        return st  # type: ignore[return-value]
+
     def _sample_proc(self) -> tuple[int, ...]:
-        f = os.pread(self._statm, 256, 0).split()
+        f = os.pread(self._statm, 256, 0).split()  # statm: checked by sample()
         now = _perf_counter()
         if now - self._counted_at >= self.count_max_age_seconds:
-            if not all_same(self._kept):  # the descriptors read below, checked as rarely
-                self._lost_kept_fds()
+            # Each descriptor read below is checked by the fstat that reads it.
             if self._task_fd >= 0:
-                self._threads = os.fstat(self._task_fd).st_nlink - 2
+                self._threads = self._kept_fstat(self._task_fd, self._task_id).st_nlink - 2
             else:
+                self._kept_fstat(self._stat, self._stat_id)
                 self._threads = self._threads_from_stat()
             if self.fds:
                 if self._fd_dirfd >= 0:
                     # The kept directory fd is counted here; listdir() would count
                     # its own temporary fd instead, so both give the same number.
-                    self._nfds = os.fstat(self._fd_dirfd).st_size
+                    self._nfds = self._kept_fstat(self._fd_dirfd, self._fd_dir_id).st_size
                 else:
                     self._nfds = len(os.listdir(self._fd_dir))
             self._counted_at = now
