@@ -246,7 +246,7 @@ static void stacks_clear(void)
  * called with the GIL held, so no atomics, no thread-state reads and no flag tests
  * are needed there (when not sampling, the countdown is too far off to be reached). */
 
-#define COLD __attribute__((noinline, cold))
+#define COLD __attribute__((noinline, noipa, cold))
 
 /* Records a sampled block, weighted size / P(sampled); 0 when the table is full. */
 static int record(uintptr_t ptr, size_t size, int32_t stack)
@@ -272,16 +272,17 @@ static void sample(void *ptr, size_t size)
     in_hook = 0;
 }
 
-COLD static void *malloc_sampled(PyMemAllocatorEx *w, size_t n)
+/* The slow paths take the wrapped allocator's ctx, passed on unchanged. */
+COLD static void *malloc_sampled(PyMemAllocatorEx *w, void *ctx, size_t n)
 {
-    void *p = w->malloc(w->ctx, n);
+    void *p = w->malloc(ctx, n);
     sample(p, n);
     return p;
 }
 
-COLD static void *calloc_sampled(PyMemAllocatorEx *w, size_t k, size_t n)
+COLD static void *calloc_sampled(PyMemAllocatorEx *w, void *ctx, size_t k, size_t n)
 {
-    void *p = w->calloc(w->ctx, k, n);
+    void *p = w->calloc(ctx, k, n);
     sample(p, k * n);
     return p;
 }
@@ -289,9 +290,9 @@ COLD static void *calloc_sampled(PyMemAllocatorEx *w, size_t k, size_t n)
 /* A realloc whose old block may be sampled, or whose size crossed the countdown. A
  * sampled block keeps its record (and stack) as it moves, weighted for its new size;
  * a failed realloc leaves the old block, and its record, as they were. */
-COLD static void *realloc_slow(PyMemAllocatorEx *w, void *old, size_t n)
+COLD static void *realloc_slow(PyMemAllocatorEx *w, void *ctx, void *old, size_t n)
 {
-    void *p = w->realloc(w->ctx, old, n);
+    void *p = w->realloc(ctx, old, n);
     if (!p) return NULL;
     Sample was;
     if (samples_take((uintptr_t)old, &was)) {
@@ -303,42 +304,40 @@ COLD static void *realloc_slow(PyMemAllocatorEx *w, void *old, size_t n)
     return p;
 }
 
-COLD static void free_slow(PyMemAllocatorEx *w, void *p)
+COLD static void free_slow(PyMemAllocatorEx *w, void *ctx, void *p)
 {
     samples_take((uintptr_t)p, NULL);
-    w->free(w->ctx, p);
+    w->free(ctx, p);
 }
 
+/* Our allocator of a domain has the wrapped one's ctx, so each hook hands the ctx it
+ * is called with straight on (no load of it), and knows its domain by name. */
 #define HOOKS(NAME)                                                            \
 static void *NAME##_malloc(void *ctx, size_t n)                                \
 {                                                                              \
-    (void)ctx;                                                                 \
-    if (__builtin_expect((countdown -= (int64_t)n) < 0, 0))                    \
-        return malloc_sampled(&wrapped_##NAME, n);                             \
-    return wrapped_##NAME.malloc(wrapped_##NAME.ctx, n);                       \
+    if (__builtin_expect((countdown -= (int64_t)n) >= 0, 1))                   \
+        return wrapped_##NAME.malloc(ctx, n);                                  \
+    return malloc_sampled(&wrapped_##NAME, ctx, n);                            \
 }                                                                              \
 static void *NAME##_calloc(void *ctx, size_t k, size_t n)                      \
 {                                                                              \
-    (void)ctx;                                                                 \
     if (__builtin_expect((countdown -= (int64_t)(k * n)) < 0, 0))              \
-        return calloc_sampled(&wrapped_##NAME, k, n);                          \
-    return wrapped_##NAME.calloc(wrapped_##NAME.ctx, k, n);                    \
+        return calloc_sampled(&wrapped_##NAME, ctx, k, n);                     \
+    return wrapped_##NAME.calloc(ctx, k, n);                                   \
 }                                                                              \
 static void *NAME##_realloc(void *ctx, void *old, size_t n)                    \
 {                                                                              \
-    (void)ctx;                                                                 \
     if (__builtin_expect(((countdown -= (int64_t)n) < 0)                       \
                          | (filter[fslot((uintptr_t)old)] != 0), 0))           \
-        return realloc_slow(&wrapped_##NAME, old, n);                          \
-    return wrapped_##NAME.realloc(wrapped_##NAME.ctx, old, n);                 \
+        return realloc_slow(&wrapped_##NAME, ctx, old, n);                     \
+    return wrapped_##NAME.realloc(ctx, old, n);                                \
 }                                                                              \
 static void NAME##_free(void *ctx, void *p)                                    \
 {                                                                              \
-    (void)ctx;                                                                 \
     if (__builtin_expect(filter[fslot((uintptr_t)p)] != 0, 0))                 \
-        free_slow(&wrapped_##NAME, p);                                         \
+        free_slow(&wrapped_##NAME, ctx, p);                                    \
     else                                                                       \
-        wrapped_##NAME.free(wrapped_##NAME.ctx, p);                            \
+        wrapped_##NAME.free(ctx, p);                                           \
 }
 
 HOOKS(mem)
@@ -361,8 +360,8 @@ static PyObject *hs_start(PyObject *Py_UNUSED(mod), PyObject *args)
     if (!installed) {
         PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &wrapped_mem);
         PyMem_GetAllocator(PYMEM_DOMAIN_OBJ, &wrapped_obj);
-        ours_mem = (PyMemAllocatorEx){&wrapped_mem, mem_malloc, mem_calloc, mem_realloc, mem_free};
-        ours_obj = (PyMemAllocatorEx){&wrapped_obj, obj_malloc, obj_calloc, obj_realloc, obj_free};
+        ours_mem = (PyMemAllocatorEx){wrapped_mem.ctx, mem_malloc, mem_calloc, mem_realloc, mem_free};
+        ours_obj = (PyMemAllocatorEx){wrapped_obj.ctx, obj_malloc, obj_calloc, obj_realloc, obj_free};
         PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &ours_mem);
         PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &ours_obj);
         installed = 1;
