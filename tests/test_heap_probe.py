@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import subprocess
 import sys
@@ -223,3 +224,114 @@ def test_the_build_switch_gives_a_plain_python_wheel(tmp_path):
     assert "memprobe_ray/grafana_dashboard.json" in names
     assert not [n for n in names if n.endswith(".so")]
     assert "-py3-none-any" in wheel.name or "none-any" in wheel.name
+
+
+def _sane(snapshot: list) -> int:
+    """Checks each row of a snapshot and gives its number of samples."""
+    total = 0
+    for frames, live, count in snapshot:
+        assert isinstance(frames, tuple) and len(frames) <= 16
+        assert all(isinstance(f, str) and isinstance(n, int) for f, n in frames)
+        assert live > 0 and count >= 1
+        total += count
+    return total
+
+
+def test_threads_leaking_at_once_are_all_counted():
+    hs.start(float(FINE))
+    kept: list[list] = [[] for _ in range(4)]
+    go = threading.Barrier(4)
+
+    def leak(mine: list) -> None:
+        go.wait()
+        for _ in range(2000):
+            mine.append(bytearray(4096))  # the threads' leaking line
+            {"churn": [1, 2, 3]}
+
+    threads = [threading.Thread(target=leak, args=(k,)) for k in kept]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    snap = hs.snapshot()
+    assert _sane(snap) == hs.stats()["live_samples"]
+    truth = 4 * 2000 * 4096
+    at_line = sum(live for frames, live, _ in snap if frames and frames[0][0] == __file__
+                  and "threads' leaking line" in _source_line(frames[0][1]))
+    assert at_line == pytest.approx(truth, rel=4 * (FINE / truth) ** 0.5)
+
+
+def _source_line(lineno: int) -> str:
+    with open(__file__) as f:
+        return f.read().splitlines()[lineno - 1]
+
+
+def test_fork_while_another_thread_allocates():
+    hs.start(float(FINE))
+    stop = threading.Event()
+    kept: list = []
+
+    def allocate() -> None:
+        while not stop.is_set():
+            kept.append(bytearray(4096))
+            if len(kept) > 3000:
+                del kept[:1500]
+
+    t = threading.Thread(target=allocate)
+    t.start()
+    try:
+        for _ in range(5):
+            pid = os.fork()
+            if pid == 0:  # the child: only this thread; the table is whole and usable
+                code = 1
+                try:
+                    n = _sane(hs.snapshot())
+                    if n != hs.stats()["live_samples"]:
+                        code = 3
+                    else:
+                        mine = [bytearray(4096) for _ in range(2000)]
+                        hs.stop()
+                        code = 0 if not hs.stats()["hooked"] and mine else 4
+                        del mine  # freed through the allocators no longer wrapped
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_a_sampled_block_reallocated_or_freed_keeps_the_table_right():
+    hs.start(1024.0)  # a 64 KiB block is sampled with chance 1 - exp(-64)
+    base = hs.stats()["live_samples"]
+    blocks = [bytearray(64 * 1024) for _ in range(200)]
+    assert hs.stats()["live_samples"] - base >= 195
+    for b in blocks:
+        b.extend(bytes(192 * 1024))  # realloc to 256 KiB: moved or grown in place
+    grown = _site_bytes(__file__)
+    assert grown == pytest.approx(200 * 256 * 1024, rel=0.05)
+    assert hs.stats()["live_samples"] - base >= 195  # the records followed the blocks
+    for b in blocks[:100]:
+        del b[16 * 1024:]  # shrunk below half its allocation: a realloc
+    assert _site_bytes(__file__) == pytest.approx(100 * 16 * 1024 + 100 * 256 * 1024, rel=0.05)
+    del blocks, b
+    assert hs.stats()["live_samples"] - base < 10
+    assert _site_bytes(__file__) < 256 * 1024
+
+
+@pytest.mark.parametrize("interval_bytes, block_bytes, n", [
+    (512 * 1024, 4096, 16_000),       # 64 MB at the default interval: sd 9%
+    (FINE, 4096, 8000),               # 32 MB at a fine interval: sd 4.4%
+    (512 * 1024, 200_000, 300),       # blocks near the interval: weighted by 1/p
+    (512 * 1024, 2 << 20, 30),        # blocks past it: nearly all sampled, weight ~ size
+])
+def test_the_estimate_is_within_its_statistical_error(interval_bytes, block_bytes, n):
+    hs.start(float(interval_bytes))
+    keep = [bytearray(block_bytes) for _ in range(n)]
+    truth = n * block_bytes
+    got = _site_bytes(__file__)
+    p = 1 - math.exp(-block_bytes / interval_bytes)
+    sd = block_bytes * (n * (1 - p) / p) ** 0.5  # of the sum of n weights size/p
+    assert abs(got - truth) < 4 * sd + 0.01 * truth, (got, truth, sd)
+    del keep

@@ -94,7 +94,6 @@ static inline size_t ptr_slot(uintptr_t p, size_t cap)
 /* ---- the sample table ---------------------------------------------------- */
 
 static void samples_put(Sample s);
-static void resample(Sample was, void *ptr, size_t size);
 
 static int samples_grow(void)
 {
@@ -122,12 +121,13 @@ static void samples_put(Sample s)
     samples[i] = s;
 }
 
-/* Takes the record of `p` out, if it was sampled: the one lookup every free pays
- * (the table is kept at most half full, so a miss costs about two probes). */
-static inline int samples_take(uintptr_t p, Sample *taken)
+/* Takes the record of `p` out, if it was sampled. Called only when p's filter slot
+ * counts a live sample (a false positive costs this lookup: the table is kept at
+ * most half full, so a miss is about two probes). */
+static int samples_take(uintptr_t p, Sample *taken)
 {
     uint8_t *f = &filter[fslot(p)];
-    if (*f == 0) return 0;   /* the fast path of nearly every free */
+    if (p == 0 || *f == 0) return 0;   /* 0 marks an empty slot: never a sample */
     size_t mask = samples_cap - 1, i = ptr_slot(p, samples_cap);
     while (samples[i].ptr != p) {
         if (!samples[i].ptr) return 0;
@@ -238,6 +238,16 @@ static void stacks_clear(void)
 
 /* ---- the hooks ----------------------------------------------------------- */
 
+/* The hooks' fast paths are what every allocation pays, so each is the call through
+ * the wrapped allocator (a tail call) plus one subtract-and-branch on the countdown
+ * (malloc, calloc) or one load of the filter (free), or both (realloc). All else is
+ * in the cold functions below, reached about once per interval bytes or per
+ * filter hit. The countdown and the filter are plain globals: MEM and OBJ are only
+ * called with the GIL held, so no atomics, no thread-state reads and no flag tests
+ * are needed there (when not sampling, the countdown is too far off to be reached). */
+
+#define COLD __attribute__((noinline, noipa, cold))
+
 /* Records a sampled block, weighted size / P(sampled); 0 when the table is full. */
 static int record(uintptr_t ptr, size_t size, int32_t stack)
 {
@@ -247,13 +257,14 @@ static int record(uintptr_t ptr, size_t size, int32_t stack)
     return 1;
 }
 
-/* The slow path, once per R bytes on average. */
+/* The countdown crossed zero at the allocation `ptr` of `size` bytes: draw the next
+ * countdown and record this block with its stack. */
 static void sample(void *ptr, size_t size)
 {
     if (!sampling) { countdown = INT64_MAX; return; }
     countdown = draw();
     if (!ptr || in_hook) return;
-    in_hook = 1;   /* nothing below may re-enter, but be safe */
+    in_hook = 1;   /* nothing below allocates through PyMem, but be safe */
     Stack st;
     read_stack(&st);
     int32_t id = stacks_intern(&st);
@@ -261,46 +272,74 @@ static void sample(void *ptr, size_t size)
     in_hook = 0;
 }
 
-/* A realloc of a sampled block: the record follows the block, weighted for its new size. */
-static void resample(Sample was, void *ptr, size_t size)
+/* The slow paths take the wrapped allocator's ctx, passed on unchanged. */
+COLD static void *malloc_sampled(PyMemAllocatorEx *w, void *ctx, size_t n)
 {
-    if (!record((uintptr_t)ptr, size, was.stack)) dropped++;
+    void *p = w->malloc(ctx, n);
+    sample(p, n);
+    return p;
 }
 
+COLD static void *calloc_sampled(PyMemAllocatorEx *w, void *ctx, size_t k, size_t n)
+{
+    void *p = w->calloc(ctx, k, n);
+    sample(p, k * n);
+    return p;
+}
+
+/* A realloc whose old block may be sampled, or whose size crossed the countdown. A
+ * sampled block keeps its record (and stack) as it moves, weighted for its new size;
+ * a failed realloc leaves the old block, and its record, as they were. */
+COLD static void *realloc_slow(PyMemAllocatorEx *w, void *ctx, void *old, size_t n)
+{
+    void *p = w->realloc(ctx, old, n);
+    if (!p) return NULL;
+    Sample was;
+    if (samples_take((uintptr_t)old, &was)) {
+        if (!record((uintptr_t)p, n, was.stack)) dropped++;
+        if (countdown < 0) countdown = sampling ? draw() : INT64_MAX;
+    } else if (countdown < 0) {
+        sample(p, n);
+    }
+    return p;
+}
+
+COLD static void free_slow(PyMemAllocatorEx *w, void *ctx, void *p)
+{
+    samples_take((uintptr_t)p, NULL);
+    w->free(ctx, p);
+}
+
+/* Our allocator of a domain has the wrapped one's ctx, so each hook hands the ctx it
+ * is called with straight on (no load of it), and knows its domain by name. */
 #define HOOKS(NAME)                                                            \
 static void *NAME##_malloc(void *ctx, size_t n)                                \
 {                                                                              \
-    PyMemAllocatorEx *w = ctx;                                                 \
-    void *p = w->malloc(w->ctx, n);                                            \
-    if ((countdown -= (int64_t)n) < 0) sample(p, n);                           \
-    return p;                                                                  \
+    if (__builtin_expect((countdown -= (int64_t)n) >= 0, 1))                   \
+        return wrapped_##NAME.malloc(ctx, n);                                  \
+    return malloc_sampled(&wrapped_##NAME, ctx, n);                            \
 }                                                                              \
 static void *NAME##_calloc(void *ctx, size_t k, size_t n)                      \
 {                                                                              \
-    PyMemAllocatorEx *w = ctx;                                                 \
-    void *p = w->calloc(w->ctx, k, n);                                         \
-    if ((countdown -= (int64_t)(k * n)) < 0) sample(p, k * n);                 \
-    return p;                                                                  \
+    if (__builtin_expect((countdown -= (int64_t)(k * n)) < 0, 0))              \
+        return calloc_sampled(&wrapped_##NAME, ctx, k, n);                     \
+    return wrapped_##NAME.calloc(ctx, k, n);                                   \
 }                                                                              \
 static void *NAME##_realloc(void *ctx, void *old, size_t n)                    \
 {                                                                              \
-    PyMemAllocatorEx *w = ctx;                                                 \
-    void *p = w->realloc(w->ctx, old, n);                                      \
-    Sample was;                                                                \
-    if (p && samples_take((uintptr_t)old, &was))                               \
-        resample(was, p, n);   /* a sampled block keeps its stack as it moves */ \
-    else if (p && (countdown -= (int64_t)n) < 0)                               \
-        sample(p, n);                                                          \
-    return p;                                                                  \
+    if (__builtin_expect(((countdown -= (int64_t)n) < 0)                       \
+                         | (filter[fslot((uintptr_t)old)] != 0), 0))           \
+        return realloc_slow(&wrapped_##NAME, ctx, old, n);                     \
+    return wrapped_##NAME.realloc(ctx, old, n);                                \
 }                                                                              \
 static void NAME##_free(void *ctx, void *p)                                    \
 {                                                                              \
-    PyMemAllocatorEx *w = ctx;                                                 \
-    samples_take((uintptr_t)p, NULL);                                          \
-    w->free(w->ctx, p);                                                        \
+    if (__builtin_expect(filter[fslot((uintptr_t)p)] != 0, 0))                 \
+        free_slow(&wrapped_##NAME, ctx, p);                                    \
+    else                                                                       \
+        wrapped_##NAME.free(ctx, p);                                           \
 }
 
-/* ctx is the wrapped allocator (&wrapped_mem or &wrapped_obj). */
 HOOKS(mem)
 HOOKS(obj)
 
@@ -321,8 +360,8 @@ static PyObject *hs_start(PyObject *Py_UNUSED(mod), PyObject *args)
     if (!installed) {
         PyMem_GetAllocator(PYMEM_DOMAIN_MEM, &wrapped_mem);
         PyMem_GetAllocator(PYMEM_DOMAIN_OBJ, &wrapped_obj);
-        ours_mem = (PyMemAllocatorEx){&wrapped_mem, mem_malloc, mem_calloc, mem_realloc, mem_free};
-        ours_obj = (PyMemAllocatorEx){&wrapped_obj, obj_malloc, obj_calloc, obj_realloc, obj_free};
+        ours_mem = (PyMemAllocatorEx){wrapped_mem.ctx, mem_malloc, mem_calloc, mem_realloc, mem_free};
+        ours_obj = (PyMemAllocatorEx){wrapped_obj.ctx, obj_malloc, obj_calloc, obj_realloc, obj_free};
         PyMem_SetAllocator(PYMEM_DOMAIN_MEM, &ours_mem);
         PyMem_SetAllocator(PYMEM_DOMAIN_OBJ, &ours_obj);
         installed = 1;
