@@ -13,7 +13,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import memprobe
+import memprobe.leak._alarm
+import memprobe.leak._peak
+import memprobe.leaks
+import memprobe.probes.memray  # noqa: F401
 from memprobe.leak._scales import SAMPLE_ORDER_NOTE, steps_usable
+
+# What the plugin imports when it judges a test is imported above, before any inline
+# run (as in tests/test_pytest_plugin.py).
+pytest_plugins = ["pytester"]
 
 
 # 11: repeated steps
@@ -63,3 +71,106 @@ def test_steps_that_go_back_are_never_an_axis(xs: list[float], min_points: int) 
         assert not steps_usable(xs, min_points)
     else:
         assert steps_usable(xs, min_points) == (len(set(xs)) >= min(min_points, len(xs)))
+
+
+# 12: a misspelt metric
+def _leaky() -> None:
+    _HELD.append(bytearray(200_000))
+
+
+_HELD: list[bytearray] = []
+
+
+def test_assert_no_leak_refuses_a_misspelt_metric_with_a_did_you_mean() -> None:
+    with pytest.raises(memprobe.ConfigError, match=r"metrics: no probe declares the metric "
+                       r"'tracemalloc/filterd_bytes'; did you mean 'tracemalloc/filtered_bytes'"):
+        memprobe.assert_no_leak(_leaky, metrics=["tracemalloc/filterd_bytes"], repeats=10)
+    assert not _HELD  # refused before the first call
+
+
+def test_assert_no_leak_takes_declared_names_and_patterns() -> None:
+    report = memprobe.assert_no_leak(
+        lambda: None, repeats=5, warmup=0,
+        metrics=["process/rss_bytes", "tracemalloc/top/app.py:3/size_bytes"])
+    assert report.get("process/rss_bytes") is not None
+
+
+def _marked(pytester: pytest.Pytester, options: str, *args: str) -> pytest.RunResult:
+    pytester.makepyfile(f"""
+        import pytest
+
+        HELD = []
+
+        @pytest.mark.memprobe_leak_check({options})
+        def test_a():
+            HELD.append(bytearray(300_000))
+
+        @pytest.mark.memprobe_leak_check({options})
+        def test_b():
+            pass
+        """)
+    return pytester.runpytest("-p", "no:cacheprovider", *args)
+
+
+def test_the_marker_refuses_a_misspelt_metric_at_collection(pytester: pytest.Pytester) -> None:
+    result = _marked(pytester, 'metrics=["tracemalloc/filterd_bytes"]')
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert ("::test_a: memprobe_leak_check: metrics: no probe declares the metric "
+            "'tracemalloc/filterd_bytes'; did you mean 'tracemalloc/filtered_bytes'") in err, err
+    assert "Traceback" not in err + result.stdout.str()
+
+
+# 13: documented values that failed every test
+@pytest.mark.parametrize("leaks", [3, 4, 7])
+def test_every_documented_memprobe_leaks_value_runs(pytester: pytest.Pytester,
+                                                    leaks: int) -> None:
+    pytester.makepyfile("""
+        def test_a():
+            pass
+
+        def test_b():
+            pass
+        """)
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--memprobe-leaks={leaks}")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize("repeats", [3, 4, 7])
+def test_every_documented_marker_repeats_value_runs(pytester: pytest.Pytester,
+                                                    repeats: int) -> None:
+    result = _marked(pytester, f"repeats={repeats}, max_growth_bytes='100 MB'")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize("options, fault", [
+    ('probes=["proces"]', "probes: unknown probe 'proces'; did you mean 'process'"),
+    ("repeats=10, warmup=8", "warmup: 8 warm-up calls of 10 repeats leave 2 to judge"),
+])
+def test_a_marker_that_cannot_run_is_one_usage_error_at_collection(
+        pytester: pytest.Pytester, options: str, fault: str) -> None:
+    result = _marked(pytester, options)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    err = result.stderr.str()
+    assert f"::test_a: memprobe_leak_check: {fault}" in err, err
+    assert "test_b" not in err  # one error, not one per test
+    assert "Traceback" not in err + result.stdout.str()
+
+
+def test_a_marker_warmup_against_memprobe_leaks_is_checked_at_collection(
+        pytester: pytest.Pytester) -> None:
+    result = _marked(pytester, "warmup=5", "--memprobe-leaks=6")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()
+    assert "warmup: 5 warm-up calls of 6 repeats" in result.stderr.str()
+
+
+# 24: the cap on repeats
+@pytest.mark.parametrize("repeats", [10**9, 100_001])
+def test_assert_no_leak_caps_repeats_as_the_marker_does(repeats: int) -> None:
+    calls = []
+    with pytest.raises(memprobe.ConfigError,
+                       match=rf"repeats: must be an int from 3 to 100000, got {repeats}"):
+        memprobe.assert_no_leak(lambda: calls.append(1), repeats=repeats)
+    assert not calls
