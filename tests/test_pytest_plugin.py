@@ -174,7 +174,7 @@ def test_a_bad_option_value_is_one_clean_error(pytester: pytest.Pytester) -> Non
     ("repeats=2", "repeats: must be an int from 3 to 100000, got 2"),
     ("metrics=[1, None]", "metrics: must be a non-empty list of metric names"),
     ('metrics="process/rss_bytes"', "metrics: must be a non-empty list of metric names"),
-    ("repeats=10, warmup=10", "warmup: must be below repeats (10), got 10"),
+    ("repeats=10, warmup=10", "warmup: 10 warm-up calls of 10 repeats leave 0 to judge"),
     ('warmup="soon"', "warmup: must be an int from 0 to 99999, got 'soon'"),
     ("probes=[None]", "probes: must be a list of probe names"),
     ('max_growth_bytes="-1 KB"', "max_growth_bytes: must be a size"),

@@ -8,11 +8,15 @@ from typing import Any
 
 from ._errors import ConfigError, did_you_mean, show
 
-__all__ = ["INT_OPTION_MAX", "check_bool", "check_fraction", "check_int", "check_limit",
+__all__ = ["INT_OPTION_MAX", "MAX_REPEATS", "check_bool", "check_fraction", "check_int", "check_limit",
            "check_seconds", "hint"]
 
 #: The largest int option (a ring buffer's length must fit a C ssize_t).
 INT_OPTION_MAX = 2**62
+#: The most repeats a leak check runs (``check_leaks``, ``assert_no_leak``, the pytest
+#: marker): its columns are allocated up front (8 bytes per repeat and metric), and
+#: more calls than this judge nothing better.
+MAX_REPEATS = 100_000
 
 
 def hint(name: str, known: Sequence[str]) -> str:

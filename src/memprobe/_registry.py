@@ -15,12 +15,14 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .keys import PROBER_SECTIONS, split_key
-from .metrics import PROBER_METRICS, Metric, as_metric, default_metric, lookup
+from ._errors import ConfigError, did_you_mean, show
+from .keys import PROBER_SECTIONS, split_key, split_short
+from .metrics import PROBER_METRICS, Metric, as_metric, declared_name, default_metric, lookup
 
 __all__ = [
     "Declarations",
     "builtin_declarations",
+    "check_metric_names",
     "describe_key",
     "growth_kinds",
     "installed_declarations",
@@ -107,3 +109,32 @@ def installed_declarations(on_warning: Callable[[str], None] | None = None) -> D
     if _INSTALLED is None:
         _INSTALLED = _probe_declarations(True, on_warning)
     return _INSTALLED
+
+
+def check_metric_names(option: str, metrics: Any,
+                       declarations: Declarations | None = None) -> tuple[str, ...]:
+    """``metrics`` as a tuple of ``<probe>/<metric>`` names that a probe declares (default:
+    the installed probes'; a probe that declares no metrics takes any name of its own).
+
+    A misspelt name would never be in a sample, so nothing would be judged under it and
+    a leak would pass: it is refused, with the closest declared names.
+
+    :raises ConfigError: not a list of str, or a name no probe declares.
+    """
+    if isinstance(metrics, str) or not isinstance(metrics, (list, tuple)) or not all(
+            isinstance(m, str) for m in metrics):
+        raise ConfigError(option, f"must be a list of metric names such as "
+                          f"'process/rss_bytes', got {show(metrics)}")
+    if declarations is None:
+        declarations = installed_declarations()
+    every = {**declarations, **PROBER_METRICS}
+    for name in metrics:
+        probe, metric = split_short(name)
+        decl = every.get(probe)
+        if decl is not None and metric and (not decl or declared_name(decl, metric)):
+            continue
+        known = [f"{p}/{m}" for p, d in every.items() for m in d]
+        hint = did_you_mean(name, known, n=3, cutoff=0.5)
+        raise ConfigError(option, f"no probe declares the metric {name!r}"
+                          + (f"; {hint}" if hint else "; metrics are '<probe>/<metric>'"))
+    return tuple(metrics)

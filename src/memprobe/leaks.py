@@ -17,8 +17,10 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ._checks import MAX_REPEATS
 from ._errors import ConfigError, LeakError, show
 from ._pid import getpid
+from ._registry import check_metric_names
 from ._sample import Sample
 from ._sitestats import default_filters, site_stats
 from .engine._prober import Prober
@@ -98,8 +100,10 @@ def check_leaks(
     """
     if not callable(fn):
         raise ConfigError("fn", f"must be callable, got {show(fn)}")
-    if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 3:
-        raise ConfigError("repeats", f"must be an int >= 3, got {show(repeats)}")
+    if not isinstance(repeats, int) or isinstance(repeats, bool) or not (
+            3 <= repeats <= MAX_REPEATS):
+        raise ConfigError("repeats", f"must be an int from 3 to {MAX_REPEATS}, "
+                          f"got {show(repeats)}")
     if tracemalloc_top is not None and (
         not isinstance(tracemalloc_top, int) or tracemalloc_top < 1
     ):
@@ -235,8 +239,10 @@ def assert_no_leak(
 
     :returns: the :class:`Report` when nothing leaks.
     :raises LeakError: naming the metrics that grew, the kind of growth and the culprits.
-    :raises ConfigError: ``warmup`` leaves fewer than 3 of the ``repeats`` calls to judge.
+    :raises ConfigError: ``warmup`` leaves fewer than 3 of the ``repeats`` calls to judge;
+        ``repeats`` is not from 3 to 100,000; a name in ``metrics`` that no probe declares.
     """
+    metrics = check_metric_names("metrics", metrics)
     check_growth_bytes(max_growth_bytes)
     check_warmup(warmup, repeats)
     if probes is None:

@@ -122,20 +122,27 @@ def as_metric(name: str, declared: Any) -> Metric:
     return default_metric(name, str(declared) if declared is not None else "")
 
 
+def declared_name(declarations: Mapping[str, Any] | None, metric: str) -> str | None:
+    """The name among a probe's ``metrics`` that declares ``metric`` (itself, or the
+    longest pattern that matches it), or None."""
+    if declarations:
+        if metric in declarations:
+            return metric
+        best: str | None = None
+        for pattern in declarations:
+            if "<" in pattern and _pattern(pattern).match(metric):
+                if best is None or len(pattern) > len(best):
+                    best = pattern
+        return best
+    return None
+
+
 def lookup(declarations: Mapping[str, Any] | None, metric: str) -> Metric:
     """The declaration of ``metric`` among a probe's ``metrics``, or the default.
 
     An exact name wins over a pattern; among patterns, the longest wins.
     """
-    if declarations:
-        exact = declarations.get(metric)
-        if exact is not None:
-            return as_metric(metric, exact)
-        best: tuple[int, str] | None = None
-        for pattern in declarations:
-            if "<" in pattern and _pattern(pattern).match(metric):
-                if best is None or len(pattern) > best[0]:
-                    best = (len(pattern), pattern)
-        if best is not None:
-            return as_metric(metric, declarations[best[1]])
+    name = declared_name(declarations, metric)
+    if name is not None and declarations:
+        return as_metric(metric, declarations[name])
     return default_metric(metric)

@@ -8,14 +8,32 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeVar
 
-from ._tiers import TieredSeries
+from ._tiers import FACTOR, FIRST, TIERS, TieredSeries
 
-__all__ = ["duration_words", "floor_level", "judge_scales", "scale_words"]
+__all__ = ["SAMPLE_ORDER_NOTE", "duration_words", "floor_level", "judge_scales",
+           "scale_words", "steps_usable"]
 
 V = TypeVar("V")
 
+#: The note on a verdict whose steps could not be its axis (:func:`steps_usable`).
+SAMPLE_ORDER_NOTE = "the steps repeat or go back: judged in sample order"
+
 #: Statuses, the one that tells most first: a leak at any scale is a leak.
 _RANK = {"leak": 0, "slight": 1, "levelled": 2, "ok": 3, "insufficient": 4}
+
+
+def steps_usable(xs: Sequence[float], min_points: int) -> bool:
+    """Whether the steps ``xs`` can be a series' axis: they never go back, and take at
+    least ``min_points`` distinct values (all of them, on fewer points).
+
+    A loop that passes the same step each time (``sample(step=0)``), or one that cycles
+    (``step=i % 2``), gives a series whose slope over its steps says nothing of its growth
+    over time: such a series is judged in the order of its samples instead.
+    """
+    if any(b < a for a, b in zip(xs, xs[1:])):
+        return False
+    distinct = 1 + sum(1 for a, b in zip(xs, xs[1:]) if b != a) if len(xs) else 0
+    return distinct >= min(min_points, len(xs))
 
 
 def judge_scales(tiered: TieredSeries, min_points: int,
@@ -40,10 +58,21 @@ def judge_scales(tiered: TieredSeries, min_points: int,
             v: Any = hit[1]
         else:
             xs, ts, ys = points()
+            ordered = steps_usable(xs, min_points)
+            if not ordered:
+                # The samples a point of this scale stands for: 1 for the raw points, a
+                # bin's width for a tier (the top tier's bins share the whole run).
+                k = tag[0]
+                width = (1.0 if k < 0 else tiered.count / len(xs) if k == TIERS - 1
+                         else float(FIRST * FACTOR ** k))
+                xs = [i * width for i in range(len(xs))]
             v = judge(xs, ys, ts)
             span = int(xs[-1] - xs[0]) + 1 if xs else 0
             v = dataclasses.replace(v, span_points=span,
                                     span_seconds=(ts[-1] - ts[0]) if ts else None)
+            if not ordered:
+                v = dataclasses.replace(v, step="sample", note=(
+                    f"{v.note}; {SAMPLE_ORDER_NOTE}" if v.note else SAMPLE_ORDER_NOTE))
             cache[tag[0]] = ((tag, context), v)
         span = v.span_points
         rank = (_RANK.get(v.status, len(_RANK)), -span)

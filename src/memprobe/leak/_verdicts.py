@@ -44,7 +44,7 @@ from ..keys import (
 )
 from ..trend import auto_warmup, bin_medians, median, robust_noise, theil_sen
 from . import _garbage, _kinds, _windows
-from ._scales import floor_level, judge_scales
+from ._scales import SAMPLE_ORDER_NOTE, floor_level, judge_scales, steps_usable
 from ._series import FORECAST, judged_keys, sample_series, site_probe
 from ._tiers import Tiers
 from ._verdict import STATUS_WORDS, Report, Status, Verdict
@@ -218,13 +218,16 @@ def analyze(
         raise ConfigError("times", f"{key or 'series'}: {len(times)} times for {len(xs)} points")
     if unit is None:
         unit = describe_key(key, prefix, installed_declarations()).unit
+    axis_note = ""
+    if not steps_usable(xs, min_points):
+        xs, step, axis_note = [float(i) for i in range(len(xs))], "sample", SAMPLE_ORDER_NOTE
     n = len(xs)
     k = _warmup_points(warmup, xs, ys, min_points)
     ux, uy = xs[k:], ys[k:]
     used = n - k
     if used < min_points:
         return Verdict(key, "insufficient", 0.0, 0.0, 0.0, None, used, k, prefix=prefix, step=step,
-                       unit=unit, confidence=confidence)
+                       unit=unit, confidence=confidence, note=axis_note)
     rx, ry = bin_medians(ux, uy, max_points)
     slope, low, high, icpt = theil_sen(rx, ry, confidence, autocorrelation=autocorrelation)
     sigma = robust_noise(rx, ry, slope, icpt)
@@ -272,6 +275,8 @@ def analyze(
             status = "levelled"
             grew = median(uy[:m]) - min(ys[:m])  # from where it started
             note = f"grew {fmt_value(grew, unit)}, then stopped"
+    if axis_note:
+        note = f"{note}; {axis_note}" if note else axis_note
     return Verdict(key, status, slope, low, high, rate, used, k, growth, sigma,
                    note=note, prefix=prefix, step=step, unit=unit, confidence=confidence)
 

@@ -59,6 +59,7 @@ from ._options import (
     leak_options,
     peak_limit,
     settings,
+    with_warmup,
 )
 
 MARKER = LEAK_MARKER
@@ -152,12 +153,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if _settings(config).off:
         return
     for item in items:
-        for marker_name, check in ((LEAK_MARKER, leak_options), (PEAK_MARKER, peak_limit)):
+        for marker_name, check in ((LEAK_MARKER, _leak_opts), (PEAK_MARKER, _peak)):
             marker = item.get_closest_marker(marker_name)
             if marker is None:
                 continue
             try:
-                check(marker.kwargs, marker.args)
+                check(item)
             except ConfigError as exc:
                 msg = str(exc)
                 msg = msg if msg.startswith(marker_name) else f"{marker_name}: {msg}"
@@ -179,7 +180,7 @@ def _leak_opts(item: pytest.Item) -> dict[str, Any] | None:
         opts["repeats"] = s.leaks
     if marker is not None:
         opts.update(leak_options(marker.kwargs, marker.args))
-    return opts
+    return with_warmup(opts)
 
 
 def _peak(item: pytest.Item) -> int | None:

@@ -15,15 +15,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .._checks import MAX_REPEATS
 from .._errors import ConfigError, show
 from .._format import parse_size
 
 LEAK_MARKER = "memprobe_leak_check"
 PEAK_MARKER = "memprobe_limit_peak"
 LEAK_OPTIONS = ("repeats", "max_growth_bytes", "warmup", "metrics", "probes")
-#: The most repeats a leak check runs: its columns are allocated up front (8 bytes
-#: per repeat and metric), and more calls than this judge nothing better.
-MAX_REPEATS = 100_000
+#: Repeats of a leak check when neither the marker nor ``--memprobe-leaks`` gives them.
+DEFAULT_REPEATS = 50
+#: Warm-up calls of a leak check when the marker gives none (fewer on fewer repeats).
+DEFAULT_WARMUP = 5
+#: Fewest calls a leak check judges after its warm-up (as :func:`memprobe.check_leaks`).
+MIN_JUDGED = 3
 #: Default tolerance when neither the marker nor the ini file gives one.
 DEFAULT_MAX_GROWTH_BYTES = 100_000
 #: Frames kept per traced allocation by default: enough to find the user's own line.
@@ -122,17 +126,16 @@ def leak_options(kwargs: Mapping[str, Any], args: Sequence[Any]) -> dict[str, An
         w = opts["warmup"]
         if not (w is None or w == "auto"):
             w = _int(w, "warmup", 0, MAX_REPEATS - 1)
-            if w >= opts.get("repeats", 50):
-                raise ConfigError("warmup", f"must be below repeats ({opts.get('repeats', 50)}),"
-                                  f" got {w}")
         opts["warmup"] = w
+    from .._registry import check_metric_names, installed_declarations
+
     if "metrics" in opts:
         m = opts["metrics"]
         if isinstance(m, str) or not isinstance(m, (list, tuple)) or not m or not all(
                 isinstance(x, str) and x for x in m):
             raise ConfigError("metrics", "must be a non-empty list of metric names such as "
                               f"'process/rss_bytes', got {show(m)}")
-        opts["metrics"] = tuple(m)
+        opts["metrics"] = check_metric_names("metrics", m)
     if "probes" in opts:
         p = opts["probes"]
         names = list(p) if isinstance(p, (list, tuple, Mapping)) else None
@@ -140,6 +143,28 @@ def leak_options(kwargs: Mapping[str, Any], args: Sequence[Any]) -> dict[str, An
                                                           for x in names):
             raise ConfigError("probes", "must be a list of probe names or a dict of probe "
                               f"name to options, got {show(p)}")
+        installed = installed_declarations()
+        for name in names:
+            if name not in installed:
+                from .._plugins import unknown_probe_error
+
+                raise unknown_probe_error(name, installed)
+    return opts
+
+
+def with_warmup(opts: dict[str, Any]) -> dict[str, Any]:
+    """A leak check's options with its warm-up: the marker's, else :data:`DEFAULT_WARMUP`
+    calls or as many as leave :data:`MIN_JUDGED` of the repeats to judge (so that every
+    ``repeats`` from 3 runs). Raises :class:`ConfigError` naming ``warmup`` when the
+    marker's leaves fewer."""
+    repeats = opts.get("repeats", DEFAULT_REPEATS)
+    if "warmup" not in opts:
+        return {**opts, "warmup": max(0, min(DEFAULT_WARMUP, repeats - MIN_JUDGED))}
+    w = opts["warmup"]
+    if isinstance(w, int) and repeats - w < MIN_JUDGED:
+        raise ConfigError("warmup", f"{w} warm-up calls of {repeats} repeats leave "
+                          f"{max(0, repeats - w)} to judge; give at most {repeats - MIN_JUDGED}"
+                          f" (or repeats of {w + MIN_JUDGED} or more)")
     return opts
 
 
