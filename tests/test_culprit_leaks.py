@@ -138,7 +138,7 @@ def test_the_marker_refuses_a_warmup_that_eats_every_call(pytester: pytest.Pytes
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*test_warmup_eats_every_call: memprobe_leak_check: warmup: "
-                                 "must be below repeats (30), got 30*"])
+                                 "30 warm-up calls of 30 repeats leave 0 to judge; give at most 27*"])
 
 
 _KEPT_PATTERNS = textwrap.dedent("""

@@ -93,7 +93,9 @@ def test_a_forked_child_has_a_right_table_and_samples_on():
     if pid == 0:  # the child: the same live blocks, and sampling goes on
         code = 0
         try:
-            if abs(_site_bytes(__file__) - parent) > 1:
+            # The same table, give or take a stray sample or two of this file's own
+            # small allocations (the fork's pid, the snapshot's list) of ~FINE each.
+            if abs(_site_bytes(__file__) - parent) > 4 * FINE:
                 code = 3
             keep.extend(bytearray(4096) for _ in range(2000))
             if not _site_bytes(__file__) > 1.4 * parent:
