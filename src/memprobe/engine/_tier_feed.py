@@ -15,7 +15,7 @@ from ..leak import _kinds
 from ..leak._alarm import check_memory_bytes
 from ..leak._garbage import FullCollections
 from ..leak._series import MEMRAY_ACTIVE, MEMRAY_OWN
-from ..leak._tiers import RAW, Tiers
+from ..leak._tiers import Tiers
 
 __all__ = ["FED", "TierFeed"]
 
@@ -55,13 +55,7 @@ class TierFeed:
     check's is.
     """
 
-    #: Samples per batch: the tiers' raw ring (:data:`memprobe.leak._tiers.RAW`), so
-    #: that a batch fills it at once and its bins in slices: what a batch costs beyond
-    #: its points (arrays made, calls) is spread over that many samples
-    #: (docs/performance.md). Every read (``prober.report()``) feeds the
-    #: batch first; what waits in it (8 bytes per judged metric and 25 more per
-    #: sample) is allocated once.
-    every = RAW
+    every = 50
     #: A Prober with a TierFeed has no leak alarm.
     alarm = None
     tiers: Tiers
